@@ -1,0 +1,200 @@
+"""Multi-head attention with optional relative position representations (Shaw et al., 2018)."""
+
+import keras
+import tensorflow as tf
+
+from opennmt_lite.layers.common import PACKAGE, Dense, apply_dropout, make_seed_generator
+
+
+def split_heads(x, num_heads):
+    """[batch, time, depth] -> [batch, heads, time, depth / heads]."""
+    batch, time = tf.shape(x)[0], tf.shape(x)[1]
+    depth = x.shape[-1]
+    x = tf.reshape(x, [batch, time, num_heads, depth // num_heads])
+    return tf.transpose(x, [0, 2, 1, 3])
+
+
+def combine_heads(x):
+    """[batch, heads, time, depth_per_head] -> [batch, time, heads * depth_per_head]."""
+    batch, time = tf.shape(x)[0], tf.shape(x)[2]
+    heads, depth = x.shape[1], x.shape[3]
+    x = tf.transpose(x, [0, 2, 1, 3])
+    return tf.reshape(x, [batch, time, heads * depth])
+
+
+def relative_positions(num_queries, num_keys, maximum_position):
+    """Indices into the relative-position tables, `[queries, keys]`.
+
+    Query i sits at absolute position `num_keys - num_queries + i` (the last positions, which is
+    the single new position in incremental decoding) and key j at position j. The distance j - i is
+    clipped to [-maximum_position, maximum_position] and shifted by maximum_position, so that it
+    indexes the 2 * maximum_position + 1 rows of the tables.
+    """
+    query_positions = tf.range(num_keys - num_queries, num_keys)
+    key_positions = tf.range(num_keys)
+    distance = key_positions[tf.newaxis, :] - query_positions[:, tf.newaxis]
+    distance = tf.clip_by_value(distance, -maximum_position, maximum_position)
+    return distance + maximum_position
+
+
+def matmul_relative_keys(queries, relative_keys):
+    """Relative logits: out[b, h, i, j] = queries[b, h, i, :] . relative_keys[i, j, :].
+
+    queries: [batch, heads, time_q, depth]; relative_keys: [time_q, time_k, depth]
+    -> [batch, heads, time_q, time_k]. One batched matmul over the query positions.
+    """
+    return tf.einsum("bhid,ijd->bhij", queries, relative_keys)
+
+
+def matmul_relative_values(attention, relative_values):
+    """Relative context: out[b, h, i, :] = sum_j attention[b, h, i, j] * relative_values[i, j, :].
+
+    attention: [batch, heads, time_q, time_k]; relative_values: [time_q, time_k, depth]
+    -> [batch, heads, time_q, depth].
+    """
+    return tf.einsum("bhij,ijd->bhid", attention, relative_values)
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class MultiHeadAttention(keras.layers.Layer):
+    """Scaled dot-product attention over `num_heads` heads.
+
+    call(inputs [batch, time_q, depth], memory=None [batch, time_k, depth] (None: self-attention),
+         attention_mask=None: [batch, time_k] or [batch, time_q, time_k], 1 = may attend,
+         cache=None: (keys, values) [batch, heads, time_cached, depth / heads])
+    -> (outputs [batch, time_q, depth], (keys, values)[, attention [batch, heads, time_q, time_k]])
+
+    In self-attention the cache holds the projected keys/values of earlier positions and grows by
+    the new ones; in memory attention it holds the projected memory, computed once (`project_kv`).
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        num_units,
+        bias=True,
+        dropout=0.1,
+        return_attention=False,
+        maximum_relative_position=None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if num_units % num_heads != 0:
+            raise ValueError(
+                f"num_units ({num_units}) must be divisible by num_heads ({num_heads})"
+            )
+        self.num_heads = num_heads
+        self.num_units = num_units
+        self.num_units_per_head = num_units // num_heads
+        self.bias = bias
+        self.dropout = dropout
+        self.return_attention = return_attention
+        self.maximum_relative_position = maximum_relative_position
+        self.linear_queries = Dense(num_units, use_bias=bias, name="linear_queries")
+        self.linear_keys = Dense(num_units, use_bias=bias, name="linear_keys")
+        self.linear_values = Dense(num_units, use_bias=bias, name="linear_values")
+        self.linear_output = Dense(num_units, use_bias=bias, name="linear_output")
+        self.dropout_seed = make_seed_generator(dropout)
+
+    def build(self, inputs_shape, memory_shape=None):
+        # Argument names match call()'s `inputs` and `memory`, so Keras can build on first call.
+        memory_shape = inputs_shape if memory_shape is None else memory_shape
+        self.linear_queries.build(inputs_shape)
+        self.linear_keys.build(memory_shape)
+        self.linear_values.build(memory_shape)
+        self.linear_output.build(tuple(inputs_shape[:-1]) + (self.num_units,))
+        if self.maximum_relative_position is not None:
+            shape = (2 * self.maximum_relative_position + 1, self.num_units_per_head)
+            self.relative_position_keys = self.add_weight(
+                name="relative_position_keys", shape=shape, initializer="glorot_uniform"
+            )
+            self.relative_position_values = self.add_weight(
+                name="relative_position_values", shape=shape, initializer="glorot_uniform"
+            )
+
+    def project_kv(self, x):
+        """Projected keys and values of `x` [batch, time, depth], each [batch, heads, time, d]."""
+        keys = split_heads(self.linear_keys(x), self.num_heads)
+        values = split_heads(self.linear_values(x), self.num_heads)
+        return keys, values
+
+    def call(self, inputs, memory=None, attention_mask=None, cache=None, training=None, trace=None):
+        record = trace.record if trace is not None else (lambda name, value: None)
+
+        queries = split_heads(self.linear_queries(inputs), self.num_heads)
+        queries *= tf.cast(self.num_units_per_head**-0.5, queries.dtype)
+        if memory is None:
+            keys, values = self.project_kv(inputs)
+            if cache is not None:
+                keys = tf.concat([cache[0], keys], axis=2)
+                values = tf.concat([cache[1], values], axis=2)
+        elif cache is not None:
+            keys, values = cache
+        else:
+            keys, values = self.project_kv(memory)
+        record("queries", queries)
+        record("keys", keys)
+        record("values", values)
+
+        logits = tf.matmul(queries, keys, transpose_b=True)
+        relative_values = None
+        if self.maximum_relative_position is not None:
+            if memory is not None:
+                raise ValueError("relative position representations need self-attention")
+            positions = relative_positions(
+                tf.shape(queries)[2], tf.shape(keys)[2], self.maximum_relative_position
+            )
+            relative_keys = tf.gather(tf.cast(self.relative_position_keys, queries.dtype), positions)
+            relative_values = tf.gather(
+                tf.cast(self.relative_position_values, queries.dtype), positions
+            )
+            relative_logits = matmul_relative_keys(queries, relative_keys)
+            record("relative_positions", positions)
+            record("relative_keys", relative_keys)
+            record("relative_values", relative_values)
+            record("content_logits", logits)
+            record("relative_logits", relative_logits)
+            logits += relative_logits
+        record("logits", logits)
+
+        # Masking and softmax run in float32 whatever the compute dtype: the mask value is the
+        # most negative float32, as in OpenNMT-tf (not -inf, which would give NaN on empty rows).
+        logits = tf.cast(logits, tf.float32)
+        if attention_mask is not None:
+            mask = tf.cast(attention_mask, tf.float32)
+            if mask.shape.rank == 2:
+                mask = mask[:, tf.newaxis, :]  # same mask for every query
+            mask = mask[:, tf.newaxis, :, :]  # same mask for every head
+            logits = logits * mask + (1.0 - mask) * tf.float32.min
+        attention = tf.nn.softmax(logits)
+        record("attention", attention)
+        attention = tf.cast(attention, queries.dtype)
+        dropped_attention = apply_dropout(attention, self.dropout, self.dropout_seed, training)
+
+        heads = tf.matmul(dropped_attention, values)
+        if relative_values is not None:
+            heads += matmul_relative_values(dropped_attention, relative_values)
+        record("heads", heads)
+        combined = combine_heads(heads)
+        record("combined_heads", combined)
+        outputs = self.linear_output(combined)
+        record("output", outputs)
+
+        if self.return_attention:
+            return outputs, (keys, values), attention
+        return outputs, (keys, values)
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.num_units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_heads=self.num_heads,
+            num_units=self.num_units,
+            bias=self.bias,
+            dropout=self.dropout,
+            return_attention=self.return_attention,
+            maximum_relative_position=self.maximum_relative_position,
+        )
+        return config

@@ -1,0 +1,234 @@
+"""Building blocks shared by every Transformer sub-layer: Dense, LayerNorm, LayerWrapper.
+
+All layers compute with TensorFlow ops (this project is TensorFlow-only: tf.data, SavedModel and
+tf.distribute are part of the contract) and follow the Keras 3 layer protocol: hyper-parameters in
+`__init__`, weights in `build`, math in `call`, `get_config` for serialization.
+"""
+
+import keras
+import tensorflow as tf
+
+PACKAGE = "opennmt_lite"
+
+
+def apply_dropout(x, rate, seed_generator, training):
+    """Inverted dropout, active only when `training` is true (like OpenNMT-tf's `common.dropout`).
+
+    Uses a Keras `SeedGenerator` owned by the calling layer: its state is a variable, so it is saved
+    in checkpoints and a resumed run draws the same masks as an uninterrupted one.
+    """
+    if not training or rate == 0:
+        return x
+    return keras.random.dropout(x, rate, seed=seed_generator)
+
+
+def make_seed_generator(rate):
+    """A seed generator for a dropout site, or None when the site never drops anything.
+
+    Its initial seed comes from Python's `random`, which `keras.utils.set_random_seed` seeds.
+    """
+    return keras.random.SeedGenerator() if rate > 0 else None
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class Dense(keras.layers.Layer):
+    """Affine projection `x @ kernel + bias`, kernel `[in, out]`, on inputs `[..., in]`.
+
+    In float16 with a unit count that is not a multiple of 8, the kernel is zero-padded to the next
+    multiple of 8 for the matmul and the result sliced back, so that GPU Tensor Cores are used
+    (OpenNMT-tf does the same). The kernel may be another layer's weight (`set_kernel`), optionally
+    transposed: the decoder's output layer reuses the target embedding `[vocab, depth]` this way.
+    """
+
+    def __init__(self, units, use_bias=True, activation=None, **kwargs):
+        super().__init__(**kwargs)
+        self.units = int(units)
+        self.use_bias = use_bias
+        self.activation = keras.activations.get(activation)
+        self.transpose = False
+        self._shared_kernel = None
+
+    def set_kernel(self, weight, transpose=False):
+        """Uses `weight` as the kernel instead of creating one (must be called before `build`)."""
+        if self.built:
+            raise ValueError("set_kernel() must be called before the layer is built")
+        self._shared_kernel = weight
+        self.transpose = transpose
+
+    def build(self, input_shape):
+        input_dim = int(input_shape[-1])
+        if self._shared_kernel is not None:
+            expected = (self.units, input_dim) if self.transpose else (input_dim, self.units)
+            if tuple(self._shared_kernel.shape) != expected:
+                raise ValueError(
+                    f"shared kernel has shape {tuple(self._shared_kernel.shape)}, "
+                    f"expected {expected}"
+                )
+            self.kernel = self._shared_kernel
+        else:
+            self.kernel = self.add_weight(
+                name="kernel", shape=(input_dim, self.units), initializer="glorot_uniform"
+            )
+        self.bias = (
+            self.add_weight(name="bias", shape=(self.units,), initializer="zeros")
+            if self.use_bias
+            else None
+        )
+
+    def call(self, inputs):
+        kernel = tf.cast(self.kernel, inputs.dtype)
+        units = self.units
+        pad = (-units) % 8 if inputs.dtype == tf.float16 else 0
+        if pad:
+            kernel = tf.pad(kernel, [[0, pad], [0, 0]] if self.transpose else [[0, 0], [0, pad]])
+        # tensordot keeps the leading dimensions and runs one matmul on [batch*time, in].
+        if self.transpose:
+            outputs = tf.tensordot(inputs, tf.transpose(kernel), axes=1)
+        else:
+            outputs = tf.tensordot(inputs, kernel, axes=1)
+        if pad:
+            outputs = outputs[..., :units]
+        if self.bias is not None:
+            outputs = tf.nn.bias_add(outputs, tf.cast(self.bias, outputs.dtype))
+        if self.activation is not None:
+            outputs = self.activation(outputs)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.units,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            units=self.units,
+            use_bias=self.use_bias,
+            activation=keras.activations.serialize(self.activation),
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class LayerNorm(keras.layers.Layer):
+    """Layer normalization over the last axis, `gamma * (x - mean) / sqrt(var + epsilon) + beta`.
+
+    epsilon defaults to 1e-3 (Keras' `LayerNormalization` default, which OpenNMT-tf inherits).
+    Statistics are always computed in float32, whatever the compute dtype, and the result is cast
+    back: this is what keeps half-precision training stable.
+    """
+
+    def __init__(self, epsilon=1e-3, **kwargs):
+        super().__init__(**kwargs)
+        self.epsilon = epsilon
+
+    def build(self, input_shape):
+        depth = int(input_shape[-1])
+        # autocast=False: gamma and beta are read in float32 even under a mixed policy.
+        self.gamma = self.add_weight(
+            name="gamma", shape=(depth,), initializer="ones", autocast=False
+        )
+        self.beta = self.add_weight(
+            name="beta", shape=(depth,), initializer="zeros", autocast=False
+        )
+
+    def call(self, inputs):
+        x = tf.cast(inputs, tf.float32)
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        outputs = (x - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gamma + self.beta
+        return tf.cast(outputs, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(epsilon=self.epsilon)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class LayerWrapper(keras.layers.Layer):
+    """Wraps `layer` with optional input/output layer norm, input/output dropout and a residual.
+
+        y = dropout_out(layer(dropout_in(norm_in(x)))) (+ x if residual_connection)
+        y = norm_out(y)
+
+    When the wrapped layer returns a tuple, the wrapper transforms its first element and passes the
+    others through (attention returns `(outputs, cache[, attention])`).
+    """
+
+    def __init__(
+        self,
+        layer,
+        normalize_input=False,
+        normalize_output=False,
+        input_dropout=0.0,
+        output_dropout=0.0,
+        residual_connection=False,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.layer = layer
+        self.input_layer_norm = LayerNorm(name="input_layer_norm") if normalize_input else None
+        self.output_layer_norm = LayerNorm(name="output_layer_norm") if normalize_output else None
+        self.input_dropout = input_dropout
+        self.output_dropout = output_dropout
+        self.residual_connection = residual_connection
+        self.input_dropout_seed = make_seed_generator(input_dropout)
+        self.output_dropout_seed = make_seed_generator(output_dropout)
+
+    def build(self, input_shape):
+        if self.input_layer_norm is not None:
+            self.input_layer_norm.build(input_shape)
+        if not self.layer.built:
+            self.layer.build(input_shape)
+        if self.output_layer_norm is not None:
+            self.output_layer_norm.build(self.layer.compute_output_shape(input_shape))
+
+    def call(self, inputs, *args, training=None, trace=None, **kwargs):
+        x = inputs
+        if self.input_layer_norm is not None:
+            x = self.input_layer_norm(x)
+            if trace is not None:
+                trace.record("normalized_input", x)
+        x = apply_dropout(x, self.input_dropout, self.input_dropout_seed, training)
+        if trace is not None:
+            kwargs["trace"] = trace
+        all_outputs = self.layer(x, *args, training=training, **kwargs)
+        extra = None
+        if isinstance(all_outputs, tuple):
+            outputs, extra = all_outputs[0], all_outputs[1:]
+        else:
+            outputs = all_outputs
+        outputs = apply_dropout(outputs, self.output_dropout, self.output_dropout_seed, training)
+        if self.residual_connection and outputs.shape[-1] == inputs.shape[-1]:
+            outputs = outputs + inputs
+            if trace is not None:
+                trace.record("residual_output", outputs)
+        if self.output_layer_norm is not None:
+            outputs = self.output_layer_norm(outputs)
+            if trace is not None:
+                trace.record("normalized_output", outputs)
+        if extra is not None:
+            return (outputs,) + tuple(extra)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return self.layer.compute_output_shape(input_shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            layer=keras.layers.serialize(self.layer),
+            normalize_input=self.input_layer_norm is not None,
+            normalize_output=self.output_layer_norm is not None,
+            input_dropout=self.input_dropout,
+            output_dropout=self.output_dropout,
+            residual_connection=self.residual_connection,
+        )
+        return config
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        layer = keras.layers.deserialize(config.pop("layer"))
+        return cls(layer, **config)

@@ -1,0 +1,165 @@
+"""Transformer sub-layers: feed-forward network, the residual wrapper, encoder and decoder layers."""
+
+import keras
+import tensorflow as tf
+
+from opennmt_lite.layers.attention import MultiHeadAttention
+from opennmt_lite.layers.common import (
+    PACKAGE,
+    Dense,
+    LayerWrapper,
+    apply_dropout,
+    make_seed_generator,
+)
+from opennmt_lite.trace import scoped
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class FeedForwardNetwork(keras.layers.Layer):
+    """outer(dropout(activation(inner(x)))), on [batch, time, depth] -> [batch, time, output_dim]."""
+
+    def __init__(self, inner_dim, output_dim, dropout=0.1, activation="relu", **kwargs):
+        super().__init__(**kwargs)
+        self.inner_dim = inner_dim
+        self.output_dim = output_dim
+        self.dropout = dropout
+        self.activation = activation
+        self.inner = Dense(inner_dim, activation=activation, name="inner")
+        self.outer = Dense(output_dim, name="outer")
+        self.dropout_seed = make_seed_generator(dropout)
+
+    def build(self, input_shape):
+        self.inner.build(input_shape)
+        self.outer.build(tuple(input_shape[:-1]) + (self.inner_dim,))
+
+    def call(self, inputs, training=None, trace=None):
+        inner = self.inner(inputs)
+        if trace is not None:
+            trace.record("inner", inner)
+        inner = apply_dropout(inner, self.dropout, self.dropout_seed, training)
+        outputs = self.outer(inner)
+        if trace is not None:
+            trace.record("output", outputs)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return tuple(input_shape[:-1]) + (self.output_dim,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            inner_dim=self.inner_dim,
+            output_dim=self.output_dim,
+            dropout=self.dropout,
+            activation=self.activation,
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class TransformerLayerWrapper(LayerWrapper):
+    """The Transformer's residual block around a sub-layer.
+
+    pre_norm=True:  y = dropout(layer(layer_norm(x))) + x
+    pre_norm=False: y = layer_norm(dropout(layer(x)) + x)
+    """
+
+    def __init__(self, layer, output_dropout, pre_norm=True, **kwargs):
+        for key in ("normalize_input", "normalize_output", "residual_connection", "input_dropout"):
+            kwargs.pop(key, None)  # fixed by pre_norm; present when restored from get_config()
+        super().__init__(
+            layer,
+            normalize_input=pre_norm,
+            normalize_output=not pre_norm,
+            output_dropout=output_dropout,
+            residual_connection=True,
+            **kwargs,
+        )
+        self.pre_norm = pre_norm
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(pre_norm=self.pre_norm)
+        return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SelfAttentionEncoderLayer(keras.layers.Layer):
+    """Self-attention then feed-forward, each in a TransformerLayerWrapper.
+
+    call(inputs [batch, time, depth], attention_mask [batch, time] (1 = real token)) -> [batch, time, depth]
+    """
+
+    def __init__(
+        self,
+        num_units,
+        num_heads,
+        ffn_inner_dim,
+        dropout=0.1,
+        attention_dropout=0.1,
+        ffn_dropout=0.1,
+        ffn_activation="relu",
+        mha_bias=True,
+        maximum_relative_position=None,
+        pre_norm=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_units = num_units
+        self.num_heads = num_heads
+        self.ffn_inner_dim = ffn_inner_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.ffn_dropout = ffn_dropout
+        self.ffn_activation = ffn_activation
+        self.mha_bias = mha_bias
+        self.maximum_relative_position = maximum_relative_position
+        self.pre_norm = pre_norm
+        attention = MultiHeadAttention(
+            num_heads,
+            num_units,
+            bias=mha_bias,
+            dropout=attention_dropout,
+            maximum_relative_position=maximum_relative_position,
+            name="layer",
+        )
+        self.self_attention = TransformerLayerWrapper(
+            attention, dropout, pre_norm=pre_norm, name="self_attention"
+        )
+        ffn = FeedForwardNetwork(
+            ffn_inner_dim, num_units, dropout=ffn_dropout, activation=ffn_activation, name="layer"
+        )
+        self.ffn = TransformerLayerWrapper(ffn, dropout, pre_norm=pre_norm, name="ffn")
+
+    def build(self, input_shape):
+        self.self_attention.build(input_shape)
+        self.ffn.build(input_shape)
+
+    def call(self, inputs, attention_mask=None, training=None, trace=None):
+        # (Not named `mask`: Keras gives that argument name its own masking semantics.)
+        outputs, _ = self.self_attention(
+            inputs, attention_mask=attention_mask, training=training, trace=scoped(trace, "self_attention")
+        )
+        outputs = self.ffn(outputs, training=training, trace=scoped(trace, "ffn"))
+        if trace is not None:
+            trace.record("output", outputs)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_units=self.num_units,
+            num_heads=self.num_heads,
+            ffn_inner_dim=self.ffn_inner_dim,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            ffn_dropout=self.ffn_dropout,
+            ffn_activation=self.ffn_activation,
+            mha_bias=self.mha_bias,
+            maximum_relative_position=self.maximum_relative_position,
+            pre_norm=self.pre_norm,
+        )
+        return config
