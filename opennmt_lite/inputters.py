@@ -35,7 +35,7 @@ class WordEmbedder(keras.layers.Layer):
         ids = tf.convert_to_tensor(ids)
         if not ids.dtype.is_integer:
             raise TypeError(f"{self.name}: token ids must be integers, got {ids.dtype.name}")
-        self._check_range(ids)
+        ids = self._check_range(ids)
         outputs = tf.gather(self.embedding, ids)
         return apply_dropout(outputs, self.dropout, self.dropout_seed, training)
 
@@ -46,11 +46,15 @@ class WordEmbedder(keras.layers.Layer):
             if values.size and (values.min() < 0 or values.max() >= self.vocabulary_size):
                 bad = values[(values < 0) | (values >= self.vocabulary_size)]
                 raise ValueError(f"{message}; got {np.unique(bad)[:10].tolist()}")
-        else:
-            # In graphs the check is an assertion op (a no-op under XLA, where the input pipeline
-            # has already mapped every token into range).
-            tf.debugging.assert_non_negative(ids, message=message)
-            tf.debugging.assert_less(tf.cast(ids, tf.int64), np.int64(self.vocabulary_size), message=message)
+            return ids
+        # In graphs the check is an assertion that runs before the lookup (a no-op under XLA,
+        # where the input pipeline has already mapped every token into range).
+        checks = [
+            tf.debugging.assert_non_negative(ids, message=message),
+            tf.debugging.assert_less(ids, tf.cast(self.vocabulary_size, ids.dtype), message=message),
+        ]
+        with tf.control_dependencies(checks):
+            return tf.identity(ids)
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape) + (self.embedding_size,)

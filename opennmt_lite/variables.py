@@ -47,3 +47,15 @@ def named_variables(root, include_seeds=True):
         weights = {id(v) for v in root.weights}
         found = {name: v for name, v in found.items() if id(v) in weights}
     return found
+
+
+def nested(named):
+    """{"a/b/c": v} -> {"a": {"b": {"c": v}}}: the tree `tf.train.Checkpoint` saves as `a/b/c`."""
+    root = {}
+    for path, value in named.items():
+        *parents, leaf = path.split("/")
+        node = root
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return root
