@@ -96,3 +96,35 @@ def load_onmt_encoder(path, encoder, embedder=None):
         embedder.build()
     prefixes = ["model/encoder/"] + ([SOURCE_EMBEDDING] if embedder is not None else [])
     return assign_from_checkpoint(path, encoder_mapping(encoder, embedder), prefixes)
+
+
+def model_mapping(model, available=()):
+    """{checkpoint name: variable} for every weight of a `Transformer`.
+
+    With shared input embeddings OpenNMT-tf stores the one table under either inputter's name;
+    `available` (the checkpoint's names) picks the one present.
+    """
+    embedding_names = {
+        "source_inputter/embedding": [SOURCE_EMBEDDING, TARGET_EMBEDDING],
+        "target_inputter/embedding": [TARGET_EMBEDDING],
+    }
+    mapping = {}
+    for path, variable in named_variables(model, include_seeds=False).items():
+        if path in embedding_names:
+            candidates = embedding_names[path]
+            name = next((c for c in candidates if c in available), candidates[0])
+        else:
+            name = f"model/{path}"
+        mapping[name] = variable
+    return mapping
+
+
+def load_onmt_model(path, model):
+    """Loads every variable of an OpenNMT-tf 2.x Transformer checkpoint into `model`.
+
+    Fails, naming each variable, if anything is missing, mis-shaped or left over.
+    """
+    if not model.built:
+        model.build()
+    _, _, shapes = read_model_variables(path)
+    return assign_from_checkpoint(path, model_mapping(model, shapes), expected_prefixes=("model/",))

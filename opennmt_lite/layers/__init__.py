@@ -5,6 +5,7 @@ from opennmt_lite.layers.common import Dense, LayerNorm, LayerWrapper
 from opennmt_lite.layers.position import SinusoidalPositionEncoder, sinusoidal_encoding
 from opennmt_lite.layers.transformer import (
     FeedForwardNetwork,
+    SelfAttentionDecoderLayer,
     SelfAttentionEncoderLayer,
     TransformerLayerWrapper,
 )

@@ -163,3 +163,129 @@ class SelfAttentionEncoderLayer(keras.layers.Layer):
             pre_norm=self.pre_norm,
         )
         return config
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SelfAttentionDecoderLayer(keras.layers.Layer):
+    """Masked self-attention, attention over the encoder output (memory), then feed-forward.
+
+    call(inputs [batch, time, depth], attention_mask [batch, time, time] (future and padding),
+         memory [batch, src_time, depth], memory_mask [batch, src_time],
+         cache: {"self_kv": (k, v), "memory_kv": (k, v)} for step-by-step decoding)
+    -> (outputs [batch, time, depth], new cache, attention over memory [batch, heads, time, src_time])
+
+    `attention` is a list with one wrapper per source, as in OpenNMT-tf (checkpoint path
+    `attention/0/...`); opennmt-lite uses exactly one source.
+    """
+
+    def __init__(
+        self,
+        num_units,
+        num_heads,
+        ffn_inner_dim,
+        dropout=0.1,
+        attention_dropout=0.1,
+        ffn_dropout=0.1,
+        ffn_activation="relu",
+        mha_bias=True,
+        maximum_relative_position=None,
+        pre_norm=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_units = num_units
+        self.num_heads = num_heads
+        self.ffn_inner_dim = ffn_inner_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.ffn_dropout = ffn_dropout
+        self.ffn_activation = ffn_activation
+        self.mha_bias = mha_bias
+        self.maximum_relative_position = maximum_relative_position
+        self.pre_norm = pre_norm
+        self_attention = MultiHeadAttention(
+            num_heads,
+            num_units,
+            bias=mha_bias,
+            dropout=attention_dropout,
+            maximum_relative_position=maximum_relative_position,
+            name="layer",
+        )
+        self.self_attention = TransformerLayerWrapper(
+            self_attention, dropout, pre_norm=pre_norm, name="self_attention"
+        )
+        memory_attention = MultiHeadAttention(
+            num_heads,
+            num_units,
+            bias=mha_bias,
+            dropout=attention_dropout,
+            return_attention=True,
+            name="layer",
+        )
+        self.attention = [
+            TransformerLayerWrapper(memory_attention, dropout, pre_norm=pre_norm, name="attention_0")
+        ]
+        ffn = FeedForwardNetwork(
+            ffn_inner_dim, num_units, dropout=ffn_dropout, activation=ffn_activation, name="layer"
+        )
+        self.ffn = TransformerLayerWrapper(ffn, dropout, pre_norm=pre_norm, name="ffn")
+
+    def build(self, inputs_shape, memory_shape=None):
+        memory_shape = inputs_shape if memory_shape is None else memory_shape
+        self.self_attention.build(inputs_shape)
+        # The memory attention's keys/values project the memory, whose depth may differ.
+        wrapper = self.attention[0]
+        wrapper.layer.build(inputs_shape, memory_shape)
+        wrapper.build(inputs_shape)
+        wrapper.built = True
+        self.ffn.build(inputs_shape)
+
+    def call(
+        self,
+        inputs,
+        attention_mask=None,
+        memory=None,
+        memory_mask=None,
+        cache=None,
+        training=None,
+        trace=None,
+    ):
+        cache = cache or {}
+        outputs, self_kv = self.self_attention(
+            inputs,
+            attention_mask=attention_mask,
+            cache=cache.get("self_kv"),
+            training=training,
+            trace=scoped(trace, "self_attention"),
+        )
+        outputs, memory_kv, attention = self.attention[0](
+            outputs,
+            memory=memory,
+            attention_mask=memory_mask,
+            cache=cache.get("memory_kv"),
+            training=training,
+            trace=scoped(trace, "attention"),
+        )
+        outputs = self.ffn(outputs, training=training, trace=scoped(trace, "ffn"))
+        if trace is not None:
+            trace.record("output", outputs)
+        return outputs, {"self_kv": self_kv, "memory_kv": memory_kv}, attention
+
+    def compute_output_shape(self, inputs_shape, memory_shape=None):
+        return inputs_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_units=self.num_units,
+            num_heads=self.num_heads,
+            ffn_inner_dim=self.ffn_inner_dim,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            ffn_dropout=self.ffn_dropout,
+            ffn_activation=self.ffn_activation,
+            mha_bias=self.mha_bias,
+            maximum_relative_position=self.maximum_relative_position,
+            pre_norm=self.pre_norm,
+        )
+        return config
