@@ -162,3 +162,25 @@ class Transformer(keras.Model):
     @classmethod
     def from_config(cls, config):
         return cls(**config)
+
+
+def model_from_config(model_config, source_vocabulary_size, target_vocabulary_size):
+    """The Transformer described by a validated config's `model` section."""
+    position_encoding = model_config.get("position_encoding", "auto")
+    return Transformer(
+        source_vocabulary_size,
+        target_vocabulary_size,
+        num_layers=model_config["num_layers"],
+        num_units=model_config["num_units"],
+        num_heads=model_config["num_heads"],
+        ffn_inner_dim=model_config["ffn_inner_dim"],
+        dropout=model_config["dropout"],
+        attention_dropout=model_config["attention_dropout"],
+        ffn_dropout=model_config["ffn_dropout"],
+        ffn_activation=model_config.get("ffn_activation", "relu"),
+        maximum_relative_position=model_config.get("maximum_relative_position"),
+        pre_norm=model_config["pre_norm"],
+        position_encoding=None if position_encoding == "none" else position_encoding,
+        share_embeddings=model_config.get("share_embeddings") or "none",
+        output_layer_bias=model_config.get("output_layer_bias", True),
+    )

@@ -1,0 +1,118 @@
+"""Gradient accumulation is exact: 4 accumulated batches = 1 batch holding the same examples."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from opennmt_lite.models import Transformer
+from opennmt_lite.optimizers import make_optimizer
+from opennmt_lite.training_step import accumulate_gradients, make_train_step
+
+PARAMS = {"optimizer": "Adam", "optimizer_params": {"beta_1": 0.9, "beta_2": 0.998},
+          "learning_rate": 2.0, "decay_type": "NoamDecay",
+          "decay_params": {"model_dim": 32, "warmup_steps": 4}}
+# Plain SGD for the weight comparison: w - lr * g is linear in the gradient, so the new weights
+# agree exactly as well as the gradients do. (Adam divides by sqrt(v): on parameters whose exact
+# gradient is zero, like the attention key biases, to which softmax is invariant, it turns float32
+# rounding noise of either sign into a full-size step.)
+SGD_PARAMS = {"optimizer": "SGD", "learning_rate": 0.5}
+
+
+def make_examples(rng, count, vocab=40):
+    examples = []
+    for _ in range(count):
+        source = rng.integers(3, vocab, size=rng.integers(1, 9))
+        target = rng.integers(3, vocab, size=rng.integers(1, 9))
+        examples.append((source, target))
+    return examples
+
+
+def make_batch(examples):
+    """Pads a list of (source ids, target ids) into a batch dict (targets get <s> and </s>)."""
+    src_len = max(len(s) for s, _ in examples)
+    tgt_len = max(len(t) for _, t in examples) + 1
+    batch = {k: [] for k in ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")}
+    for source, target in examples:
+        batch["source_ids"].append(np.pad(source, (0, src_len - len(source))))
+        batch["source_length"].append(len(source))
+        batch["target_ids_in"].append(np.pad(np.concatenate([[1], target]), (0, tgt_len - len(target) - 1)))
+        batch["target_ids_out"].append(np.pad(np.concatenate([target, [2]]), (0, tgt_len - len(target) - 1)))
+        batch["target_length"].append(len(target) + 1)
+    return {k: tf.constant(np.array(v), tf.int32) for k, v in batch.items()}
+
+
+def make_model(seed):
+    keras.utils.set_random_seed(seed)
+    model = Transformer(41, 41, num_layers=2, num_units=32, num_heads=4, ffn_inner_dim=64,
+                        dropout=0.0, attention_dropout=0.0, ffn_dropout=0.0,
+                        maximum_relative_position=4)
+    model.build()
+    return model
+
+
+def relative_difference(a, b):
+    return np.abs(a - b).max() / max(np.abs(b).max(), 1e-30)
+
+
+def global_relative_difference(first, second):
+    """Largest difference over all tensors, relative to the largest magnitude over all tensors."""
+    scale = max(np.abs(b).max() for b in second)
+    return max(np.abs(a - b).max() for a, b in zip(first, second)) / scale
+
+
+def test_four_accumulated_batches_equal_one_big_batch():
+    smoothing = 0.1
+    rng = np.random.default_rng(0)
+    examples = make_examples(rng, 22)
+    cuts = [0, 3, 9, 16, 22]  # four batches of different sizes and padded lengths
+    group = tuple(make_batch(examples[a:b]) for a, b in zip(cuts, cuts[1:]))
+    whole = (make_batch(examples),)
+
+    results = []
+    for batches in (group, whole):
+        model = make_model(seed=5)
+        optimizer = make_optimizer(SGD_PARAMS)
+        optimizer.build(model.trainable_variables)
+        grads, loss_sum, normalizer = accumulate_gradients(model, optimizer, batches, smoothing, True)
+        step = make_train_step(model, optimizer, len(batches), label_smoothing=smoothing)
+        stats = step(batches)
+        results.append((
+            [g.numpy() / normalizer.numpy() for g in grads],
+            [v.numpy() for v in model.trainable_variables],
+            float(stats["loss"]), float(stats["normalizer"]), int(optimizer.iterations),
+        ))
+    (grads4, weights4, loss4, norm4, it4), (grads1, weights1, loss1, norm1, it1) = results
+    assert norm4 == norm1 == sum(len(t) + 1 for _, t in examples)
+    assert it4 == it1 == 1  # one optimizer update for the whole group
+    assert abs(loss4 - loss1) <= 1e-6 * abs(loss1)
+    worst_grad = global_relative_difference(grads4, grads1)
+    worst_weight = global_relative_difference(weights4, weights1)
+    assert worst_grad <= 1e-5, worst_grad
+    assert worst_weight <= 1e-5, worst_weight
+    # Variable by variable too, wherever the gradient is not zero by construction.
+    scale = max(np.abs(g).max() for g in grads1)
+    for a, b in zip(grads4, grads1):
+        if np.abs(b).max() > 1e-4 * scale:
+            assert relative_difference(a, b) <= 1e-5
+    # The update really moved the weights (so the comparison above is not vacuous).
+    fresh = make_model(seed=5)
+    moved = max(np.abs(a - b.numpy()).max() for a, b in zip(weights1, fresh.trainable_variables))
+    assert moved > 1e-4
+
+
+def test_accumulation_is_not_the_mean_of_batch_means():
+    """Averaging per-batch mean losses (Keras' built-in accumulation) gives another gradient."""
+    rng = np.random.default_rng(1)
+    examples = make_examples(rng, 10)
+    group = (make_batch(examples[:2]), make_batch(examples[2:]))
+    model = make_model(seed=3)
+    optimizer = make_optimizer(PARAMS)
+    grads, _, normalizer = accumulate_gradients(model, optimizer, group, 0.0, True)
+    exact = [g / normalizer for g in grads]
+    means = []
+    for batch in group:
+        g, _, n = accumulate_gradients(model, optimizer, (batch,), 0.0, True)
+        means.append([x / n for x in g])
+    averaged = [(a + b) / 2 for a, b in zip(*means)]
+    assert max(relative_difference(a.numpy(), b.numpy()) for a, b in zip(averaged, exact)) > 1e-2
