@@ -92,7 +92,7 @@ SCHEMA = {
     },
     "train": {
         "batch_type": Key("str", "examples", choices=("examples", "tokens")),
-        "batch_size": Key("int", REQUIRED),
+        "batch_size": Key("int"),  # required to train (checked there)
         "effective_batch_size": Key("int"),
         "batch_size_multiple": Key("int"),
         "length_bucket_width": Key("int", 2),
@@ -364,6 +364,4 @@ def build_config(user, source="config"):
         config = merge(config, AUTO_CONFIG)
     # Sections given as null in YAML mean "defaults".
     config = merge(config, {k: v for k, v in user.items() if v is not None})
-    if config["train"].get("batch_size") is None:
-        raise ConfigError(f"{source}: train.batch_size must be set")
     return _finalize(config, source)

@@ -128,3 +128,28 @@ def load_onmt_model(path, model):
         model.build()
     _, _, shapes = read_model_variables(path)
     return assign_from_checkpoint(path, model_mapping(model, shapes), expected_prefixes=("model/",))
+
+
+def load_onmt_optimizer_state(path, model, optimizer):
+    """Copies an OpenNMT-tf checkpoint's Adam/LazyAdam slots (`m`, `v`) and step (`iter`) into a
+    built Keras Adam `optimizer`, so training continues where OpenNMT-tf stopped.
+    Returns the restored step (0 if the checkpoint holds no optimizer state)."""
+    from opennmt_lite.optimizers import optimizer_state
+
+    prefix = resolve_checkpoint(path)
+    reader = tf.train.load_checkpoint(prefix)
+    _, _, shapes = read_model_variables(prefix)
+    onmt_name = {id(v): name for name, v in model_mapping(model, shapes).items()}
+    trainable = {p: v for p, v in named_variables(model, include_seeds=False).items() if v.trainable}
+    state = optimizer_state(optimizer, trainable)
+    for path_in_model, variable in trainable.items():
+        for slot in ("m", "v"):
+            key = f"{onmt_name[id(variable)]}/.OPTIMIZER_SLOT/optimizer/{slot}{VALUE_SUFFIX}"
+            if reader.has_tensor(key) and f"{slot}/{path_in_model}" in state:
+                state[f"{slot}/{path_in_model}"].assign(reader.get_tensor(key))
+    key = "optimizer/iter" + VALUE_SUFFIX
+    if not reader.has_tensor(key):
+        return 0
+    step = int(reader.get_tensor(key))
+    state["iterations"].assign(step)
+    return step
