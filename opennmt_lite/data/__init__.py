@@ -1,0 +1,31 @@
+"""Input pipeline: reading, tokenizing, filtering, batching (see pipeline.py)."""
+
+from opennmt_lite.data.batching import (
+    SortedPlanner,
+    accum_steps,
+    opennmt_shuffle,
+    padding_stats,
+    plan_opennmt_batches,
+)
+from opennmt_lite.data.corpus import (
+    DROP_REASONS,
+    DatasetStats,
+    ParallelCorpus,
+    RaggedIds,
+    encode_lines,
+    filter_mask,
+    load_monolingual_corpus,
+    load_parallel_corpus,
+)
+from opennmt_lite.data.pipeline import (
+    EvaluationInput,
+    InferenceInput,
+    TrainingInput,
+    group_batches,
+    group_dataset,
+    make_evaluation_dataset,
+    make_inference_dataset,
+    make_training_dataset,
+    restore_order,
+)
+from opennmt_lite.data.text import DataError, read_lines, read_parallel

@@ -1,0 +1,403 @@
+"""tf.data input pipelines for training, evaluation and inference.
+
+The corpus is tokenized once into memory (see `corpus.py`); each epoch's batches are planned
+with NumPy (see `batching.py`), padded with NumPy, and fed to tf.data through
+`tf.data.Dataset.from_generator` followed by `prefetch(AUTOTUNE)`.
+
+Training/evaluation elements are dicts of int32 tensors (padding id 0):
+
+  source_ids [B, Ts], source_length [B], target_ids_in [B, Tt] (`<s>` + ids),
+  target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
+
+(evaluation adds `index` [B] int64, the 0-based line of each example). Inference elements:
+source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
+to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
+"""
+
+import concurrent.futures
+import logging
+
+import numpy as np
+import tensorflow as tf
+
+from opennmt_lite.data import batching
+from opennmt_lite.data.corpus import load_monolingual_corpus, load_parallel_corpus
+from opennmt_lite.vocab import BOS_ID, EOS_ID
+
+logger = logging.getLogger("opennmt_lite")
+
+TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
+
+
+def training_element_spec(with_index=False):
+    spec = {
+        "source_ids": tf.TensorSpec([None, None], tf.int32),
+        "source_length": tf.TensorSpec([None], tf.int32),
+        "target_ids_in": tf.TensorSpec([None, None], tf.int32),
+        "target_ids_out": tf.TensorSpec([None, None], tf.int32),
+        "target_length": tf.TensorSpec([None], tf.int32),
+    }
+    if with_index:
+        spec["index"] = tf.TensorSpec([None], tf.int64)
+    return spec
+
+
+def inference_element_spec():
+    return {
+        "source_ids": tf.TensorSpec([None, None], tf.int32),
+        "source_length": tf.TensorSpec([None], tf.int32),
+        "index": tf.TensorSpec([None], tf.int64),
+    }
+
+
+def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
+    """The padded NumPy batch (dict) of corpus examples `indices`."""
+    indices = np.asarray(indices, dtype=np.int64)
+    source_length = corpus.source.lengths[indices]
+    target_pieces = corpus.target.lengths[indices]
+    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
+    target_time = int(batching.round_up(int(target_pieces.max()) + 1, pad_to_multiple))
+    batch = {
+        "source_ids": corpus.source.padded(indices, source_time),
+        "source_length": source_length.astype(np.int32),
+        "target_ids_in": corpus.target.padded(indices, target_time, prefix=BOS_ID),
+        "target_ids_out": corpus.target.padded(indices, target_time, suffix=EOS_ID),
+        "target_length": (target_pieces + 1).astype(np.int32),
+    }
+    if with_index:
+        batch["index"] = corpus.line_index[indices]
+    return batch
+
+
+def pad_source_batch(corpus, indices, pad_to_multiple=1):
+    indices = np.asarray(indices, dtype=np.int64)
+    source_length = corpus.source.lengths[indices]
+    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
+    return {
+        "source_ids": corpus.source.padded(indices, source_time),
+        "source_length": source_length.astype(np.int32),
+        "index": corpus.line_index[indices],
+    }
+
+
+def group_batches(batches, accum_steps):
+    """Groups an iterable of batches into tuples of `accum_steps` consecutive batches (each
+    keeping its own shapes). An incomplete last group is dropped (logged)."""
+    group = []
+    for batch in batches:
+        group.append(batch)
+        if len(group) == accum_steps:
+            yield tuple(group)
+            group = []
+    if group:
+        logger.info("dropped %d batch(es) at the end of the data: fewer than accum_steps=%d",
+                    len(group), accum_steps)
+
+
+def group_dataset(dataset, accum_steps):
+    """A tf.data.Dataset whose elements are tuples of `accum_steps` consecutive elements of
+    `dataset` (shapes kept per element, unknown dimensions in the spec). Prefer
+    `TrainingInput(accum_steps=...)`, which groups before crossing into TensorFlow."""
+    if accum_steps <= 1:
+        return dataset
+    spec = tf.nest.map_structure(
+        lambda s: tf.TensorSpec([None] * s.shape.rank, s.dtype), dataset.element_spec)
+
+    def generate():
+        yield from group_batches(dataset.as_numpy_iterator(), accum_steps)
+
+    grouped = tf.data.Dataset.from_generator(generate, output_signature=(spec,) * accum_steps)
+    return grouped.prefetch(tf.data.AUTOTUNE)
+
+
+class TrainingInput:
+    """The training input: tokenized corpus, batch plans per epoch, and the tf.data.Dataset.
+
+    Arguments (config-free, OpenNMT-tf's names):
+      features_file, labels_file: source and target text (a path or a list of paths).
+      corpus: instead of the files, an already loaded `corpus.ParallelCorpus` (the vocabulary,
+        tokenizer, filter and shard arguments are then unused).
+      source_vocabulary, target_vocabulary: Vocabulary objects or paths.
+      source_tokenizer, target_tokenizer: tokenizer objects or configs (None: pre-tokenized).
+      batch_size, batch_type ("tokens" | "examples"), batch_size_multiple.
+      scheme: "sorted" (default) or "opennmt" (see batching.py for both).
+      length_bucket_width: OpenNMT-tf's bucket width (opennmt scheme); in the sorted scheme the
+        lengths are divided by it (rounded up) before ordering, 1 = exact.
+      sample_buffer_size: shuffle window (<= 0 or None: the whole data; opennmt scheme:
+        OpenNMT-tf's `shuffle_dataset` semantics, 0 or None = no shuffling).
+      maximum_features_length, maximum_labels_length: training filter (see corpus.filter_mask).
+      shuffle, seed: shuffling and its seed (None: a random seed drawn once per TrainingInput).
+      repeat: True = endless (each epoch reshuffled), False = one pass.
+      num_shards, shard_index: keep lines i with i % num_shards == shard_index.
+      pad_to_multiple: round padded lengths up to a multiple of this.
+      batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
+        fraction of batch_size (higher: fewer, fuller batches and more padding).
+      accum_steps: > 1 makes each element a tuple of that many consecutive batches.
+
+    Same seed, same arguments: the same batches in the same order, every time the dataset is
+    iterated. Without shuffling, one pass yields every kept example exactly once (with
+    batch_size_multiple > 1, see batching.py for the remainder).
+    """
+
+    def __init__(self, features_file=None, labels_file=None, *, batch_size, corpus=None,
+                 source_vocabulary=None, target_vocabulary=None,
+                 source_tokenizer=None, target_tokenizer=None, batch_type="tokens",
+                 batch_size_multiple=1, scheme="sorted", length_bucket_width=1,
+                 sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
+                 shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
+                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True):
+        batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
+        if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
+            raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
+                             "length_bucket_width >= 1 (as in OpenNMT-tf)")
+        if accum_steps < 1:
+            raise ValueError(f"accum_steps must be >= 1, got {accum_steps}")
+        if corpus is not None:
+            if features_file is not None or labels_file is not None:
+                raise ValueError("give either the data files or a loaded corpus, not both")
+            self.corpus = corpus
+        else:
+            if features_file is None or labels_file is None:
+                raise ValueError("features_file and labels_file are required")
+            self.corpus = load_parallel_corpus(
+                features_file, labels_file,
+                source_vocabulary=source_vocabulary, target_vocabulary=target_vocabulary,
+                source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
+                maximum_features_length=maximum_features_length,
+                maximum_labels_length=maximum_labels_length,
+                drop_empty_target=drop_empty_target, num_shards=num_shards,
+                shard_index=shard_index,
+            )
+        self.stats = self.corpus.stats
+        self.batch_size = int(batch_size)
+        self.batch_type = batch_type
+        self.batch_size_multiple = int(batch_size_multiple)
+        self.scheme = scheme
+        self.length_bucket_width = length_bucket_width
+        self.sample_buffer_size = sample_buffer_size
+        self.shuffle = shuffle
+        self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+        self.repeat = repeat
+        self.pad_to_multiple = pad_to_multiple
+        self.batch_overhead = batch_overhead
+        self.accum_steps = int(accum_steps)
+        self.dropped_remainder = 0  # examples left out at the end of the last single pass
+
+    # -- plans ------------------------------------------------------------------------------
+
+    def _epoch_rng(self, epoch):
+        return np.random.default_rng([self.seed, epoch])
+
+    def _make_planner(self):
+        if self.scheme != "sorted":
+            return None
+        return batching.SortedPlanner(
+            self.corpus.source_lengths, self.corpus.target_lengths,
+            batch_size=self.batch_size, batch_type=self.batch_type,
+            batch_size_multiple=self.batch_size_multiple,
+            length_bucket_width=self.length_bucket_width,
+            sample_buffer_size=self.sample_buffer_size, pad_to_multiple=self.pad_to_multiple,
+            batch_overhead=self.batch_overhead,
+        )
+
+    def _plan(self, planner, epoch, final):
+        examples = np.arange(len(self.corpus), dtype=np.int64)
+        rng = self._epoch_rng(epoch) if self.shuffle else None
+        if self.scheme == "opennmt":
+            order = (batching.opennmt_shuffle(examples, self.sample_buffer_size, rng)
+                     if self.shuffle else examples)
+            return batching.plan_opennmt_batches(
+                order, self.corpus.source_lengths, self.corpus.target_lengths,
+                batch_size=self.batch_size, batch_type=self.batch_type,
+                batch_size_multiple=self.batch_size_multiple,
+                length_bucket_width=self.length_bucket_width), np.zeros(0, np.int64)
+        order = examples[rng.permutation(len(examples))] if self.shuffle else examples
+        return planner.plan_epoch(order, rng=rng, final=final)
+
+    def index_batches(self, num_epochs=None, skip_batches=0):
+        """Yields the example indices (into `corpus`) of each batch; `num_epochs` defaults to
+        endless when repeating, else 1. The next epoch is planned in a background thread.
+
+        `skip_batches`: leave out the first batches of the stream (to resume a training run
+        exactly where it stopped); skipped epochs are still planned (about 0.5 s per epoch of
+        the sample data), not padded."""
+        if num_epochs is None and not self.repeat:
+            num_epochs = 1
+        planner = self._make_planner()
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="plan_batches")
+
+        def submit(e):
+            final = num_epochs is not None and e == num_epochs - 1
+            return executor.submit(self._plan, planner, e, final)
+
+        try:
+            epoch = 0
+            future = submit(0)
+            while num_epochs is None or epoch < num_epochs:
+                batches, dropped = future.result()
+                if num_epochs is None or epoch + 1 < num_epochs:
+                    future = submit(epoch + 1)
+                if len(dropped):
+                    self.dropped_remainder = len(dropped)
+                    logger.info(
+                        "%d example(s) left out at the end of the pass: fewer than "
+                        "batch_size_multiple=%d", len(dropped), self.batch_size_multiple)
+                if skip_batches >= len(batches):
+                    skip_batches -= len(batches)
+                else:
+                    yield from batches[skip_batches:]
+                    skip_batches = 0
+                epoch += 1
+        finally:
+            # An abandoned iteration does not wait for the plan under way.
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def epoch_batches(self, epoch=0):
+        """The batches (index arrays) of one epoch planned alone (no carry from the previous
+        epoch, all examples emitted), e.g. for statistics."""
+        return self._plan(self._make_planner(), epoch, final=True)[0]
+
+    # -- NumPy and tf.data ------------------------------------------------------------------
+
+    def numpy_batches(self, num_epochs=None, skip_batches=0):
+        """Padded NumPy batches (dicts; tuples of dicts with accum_steps > 1). `skip_batches`
+        counts single batches (accum_steps of them per group); see index_batches."""
+        batches = (pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
+                   for indices in self.index_batches(num_epochs, skip_batches))
+        if self.accum_steps > 1:
+            return group_batches(batches, self.accum_steps)
+        return batches
+
+    @property
+    def element_spec(self):
+        spec = training_element_spec()
+        return (spec,) * self.accum_steps if self.accum_steps > 1 else spec
+
+    def dataset(self, num_epochs=None, prefetch=True):
+        """The tf.data.Dataset of padded batches (endless when repeating)."""
+        dataset = tf.data.Dataset.from_generator(
+            lambda: self.numpy_batches(num_epochs), output_signature=self.element_spec)
+        if prefetch:
+            dataset = dataset.prefetch(tf.data.AUTOTUNE)
+        return dataset
+
+    def padding_stats(self, epoch=0):
+        """batching.padding_stats of one epoch's plan."""
+        return batching.padding_stats(
+            self.epoch_batches(epoch), self.corpus.source_lengths, self.corpus.target_lengths,
+            self.pad_to_multiple)
+
+
+def make_training_dataset(features_file, labels_file, **kwargs):
+    """`TrainingInput(features_file, labels_file, **kwargs).dataset()`; see TrainingInput for
+    the arguments. The TrainingInput (stats, plans) is attached as `dataset.training_input`."""
+    training_input = TrainingInput(features_file, labels_file, **kwargs)
+    dataset = training_input.dataset()
+    try:
+        dataset.training_input = training_input
+    except AttributeError:  # pragma: no cover - tf.data objects accept attributes today
+        pass
+    return dataset
+
+
+def _ordered_batches(source_lengths, target_lengths, batch_size, batch_type, length_bucket_width):
+    """Evaluation/inference batches: file order, or OpenNMT-tf's length buckets (no shuffling)
+    when `length_bucket_width` is set. Tokens batches in file order are cut greedily."""
+    batching.validate_batching(batch_size, batch_type, 1)
+    order = np.arange(len(source_lengths), dtype=np.int64)
+    if length_bucket_width:
+        return batching.plan_opennmt_batches(
+            order, source_lengths, target_lengths, batch_size=batch_size, batch_type=batch_type,
+            length_bucket_width=length_bucket_width)
+    if batch_type == "examples":
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    longest = np.maximum(source_lengths, target_lengths).tolist()
+    batches, start, current = [], 0, 0
+    for i, length in enumerate(longest):
+        candidate = max(current, length)
+        if i > start and (i - start + 1) * candidate > batch_size:
+            batches.append(order[start:i])
+            start, candidate = i, length
+        current = candidate
+    if start < len(order):
+        batches.append(order[start:])
+    return batches
+
+
+class EvaluationInput:
+    """Evaluation data: every pair (no length filter, as OpenNMT-tf), no shuffling, one pass;
+    batches in file order, or bucketed by length (OpenNMT-tf's rule) when length_bucket_width
+    is set, with `index` restoring the file order."""
+
+    def __init__(self, features_file, labels_file, *, source_vocabulary, target_vocabulary,
+                 batch_size, source_tokenizer=None, target_tokenizer=None, batch_type="examples",
+                 length_bucket_width=None, pad_to_multiple=1):
+        self.corpus = load_parallel_corpus(
+            features_file, labels_file,
+            source_vocabulary=source_vocabulary, target_vocabulary=target_vocabulary,
+            source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
+            filter_examples=False,
+        )
+        self.stats = self.corpus.stats
+        self.pad_to_multiple = pad_to_multiple
+        self.batches = _ordered_batches(self.corpus.source_lengths, self.corpus.target_lengths,
+                                        batch_size, batch_type, length_bucket_width)
+
+    def numpy_batches(self):
+        for indices in self.batches:
+            yield pad_parallel_batch(self.corpus, indices, self.pad_to_multiple, with_index=True)
+
+    def dataset(self):
+        dataset = tf.data.Dataset.from_generator(
+            self.numpy_batches, output_signature=training_element_spec(with_index=True))
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_evaluation_dataset(features_file, labels_file, **kwargs):
+    """`EvaluationInput(features_file, labels_file, **kwargs).dataset()`."""
+    return EvaluationInput(features_file, labels_file, **kwargs).dataset()
+
+
+class InferenceInput:
+    """Inference data: every line of `features_file` (empty lines included), no shuffling, one
+    pass; batches in file order, or bucketed by source length (OpenNMT-tf's rule) when
+    length_bucket_width is set. Use `index` (or `restore_order`) to write outputs in file order.
+    `corpus.tokens[i]` holds the source tokens of line i."""
+
+    def __init__(self, features_file, *, source_vocabulary, batch_size, source_tokenizer=None,
+                 batch_type="examples", length_bucket_width=None, pad_to_multiple=1):
+        self.corpus = load_monolingual_corpus(
+            features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer)
+        self.pad_to_multiple = pad_to_multiple
+        lengths = self.corpus.source_lengths
+        self.batches = _ordered_batches(lengths, np.zeros_like(lengths), batch_size, batch_type,
+                                        length_bucket_width)
+
+    def numpy_batches(self):
+        for indices in self.batches:
+            yield pad_source_batch(self.corpus, indices, self.pad_to_multiple)
+
+    def dataset(self):
+        dataset = tf.data.Dataset.from_generator(
+            self.numpy_batches, output_signature=inference_element_spec())
+        return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def make_inference_dataset(features_file, **kwargs):
+    """`InferenceInput(features_file, **kwargs).dataset()`."""
+    return InferenceInput(features_file, **kwargs).dataset()
+
+
+def restore_order(indices, values):
+    """`values` (one per example, in batch order) put back in file order by their `indices`.
+    Every index from 0 to len - 1 must appear once."""
+    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+    values = list(values)
+    if len(indices) != len(values):
+        raise ValueError(f"{len(indices)} indices for {len(values)} values")
+    if len(indices) and not np.array_equal(np.sort(indices), np.arange(len(indices))):
+        raise ValueError("indices must be a permutation of 0..n-1")
+    result = [None] * len(values)
+    for index, value in zip(indices.tolist(), values):
+        result[index] = value
+    return result
