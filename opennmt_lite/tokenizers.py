@@ -81,7 +81,9 @@ def make_tokenizer(config=None):
     """A tokenizer from a configuration.
 
     None (or `{"type": "space"}`) -> SpaceTokenizer; `{"type": "sentencepiece", "model": path}`
-    -> SentencePieceTokenizer. A tokenizer object is returned as is.
+    -> SentencePieceTokenizer. A tokenizer object is returned as is. The training options of a
+    SentencePiece configuration (vocabulary_size, model_type, character_coverage) are accepted
+    and unused here.
     """
     if config is None:
         return SpaceTokenizer()
@@ -96,7 +98,8 @@ def make_tokenizer(config=None):
             raise ValueError(f"unknown option(s) {sorted(unknown)} for the space tokenizer")
         return SpaceTokenizer()
     if kind in ("sentencepiece", "sentencepiecetokenizer"):
-        unknown = set(config) - {"type", "model", "num_threads"}
+        unknown = set(config) - {"type", "model", "num_threads", "vocabulary_size", "model_type",
+                                 "character_coverage"}
         if unknown:
             raise ValueError(f"unknown option(s) {sorted(unknown)} for the sentencepiece tokenizer")
         if not config.get("model"):

@@ -273,10 +273,11 @@ class TrainingInput:
         spec = training_element_spec()
         return (spec,) * self.accum_steps if self.accum_steps > 1 else spec
 
-    def dataset(self, num_epochs=None, prefetch=True):
-        """The tf.data.Dataset of padded batches (endless when repeating)."""
+    def dataset(self, num_epochs=None, prefetch=True, skip_batches=0):
+        """The tf.data.Dataset of padded batches (endless when repeating); see numpy_batches."""
         dataset = tf.data.Dataset.from_generator(
-            lambda: self.numpy_batches(num_epochs), output_signature=self.element_spec)
+            lambda: self.numpy_batches(num_epochs, skip_batches),
+            output_signature=self.element_spec)
         if prefetch:
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return dataset
