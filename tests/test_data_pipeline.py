@@ -521,3 +521,60 @@ def test_skip_batches_resumes_the_same_stream():
     group = next(iter(grouped.numpy_batches(skip_batches=4)))
     np.testing.assert_array_equal(group[1]["source_length"],
                                   corpus.source_lengths[reference[5]])
+
+
+def _brute_force_cut(ps, pt, budget, multiple, overhead):
+    """Minimum of the DP objective over every split of the ordered list into batches."""
+    n = len(ps)
+    usable = n - n % multiple
+    best = {0: 0.0}
+    for end in range(multiple, usable + 1, multiple):
+        options = []
+        for start in range(0, end, multiple):
+            size = end - start
+            s, t = max(ps[start:end]), max(pt[start:end])
+            if size * max(s, t) > budget and size != multiple:
+                continue
+            options.append(best[start] + size * (s + t) + overhead * budget)
+        best[end] = min(options)
+    return best[usable]
+
+
+def test_cut_tokens_batches_is_optimal_and_respects_the_budget():
+    from opennmt_lite.data.batching import cut_tokens_batches
+
+    rng = np.random.default_rng(0)
+    for trial in range(60):
+        n = int(rng.integers(1, 11))
+        multiple = int(rng.choice([1, 2, 3]))
+        ps = rng.integers(1, 9, n)
+        pt = rng.integers(1, 9, n)
+        budget = int(rng.integers(8, 30))
+        ranges, usable = cut_tokens_batches(ps, pt, budget, multiple, batch_overhead=0.15)
+        assert usable == n - n % multiple
+        # Consecutive ranges covering 0..usable.
+        bounds = [0] + [b for _, b in ranges]
+        assert [a for a, _ in ranges] == bounds[:-1] and bounds[-1] == usable
+        cost = 0.0
+        for a, b in ranges:
+            size = b - a
+            assert size % multiple == 0
+            longest = max(ps[a:b].max(), pt[a:b].max())
+            assert size * longest <= budget or size == multiple
+            cost += size * (ps[a:b].max() + pt[a:b].max()) + 0.15 * budget
+        assert cost == pytest.approx(_brute_force_cut(ps, pt, budget, multiple, 0.15))
+    # An example longer than the budget forms a batch alone (of `multiple` examples).
+    ranges, _ = cut_tokens_batches([2, 50, 2], [2, 3, 2], 10, 1)
+    assert (1, 2) in ranges
+
+
+def test_ragged_ids_padding_and_selection():
+    from opennmt_lite.data import RaggedIds
+
+    ragged = RaggedIds.from_sequences([[5, 6], [], [7, 8, 9]])
+    assert ragged.lengths.tolist() == [2, 0, 3] and ragged[2].tolist() == [7, 8, 9]
+    assert ragged.select([2, 0]).flat.tolist() == [7, 8, 9, 5, 6]
+    assert ragged.padded([2, 1, 0], 5, prefix=1).tolist() == [
+        [1, 7, 8, 9, 0], [1, 0, 0, 0, 0], [1, 5, 6, 0, 0]]
+    assert ragged.padded([0, 1, 2], 4, suffix=2).tolist() == [
+        [5, 6, 2, 0], [2, 0, 0, 0], [7, 8, 9, 2]]

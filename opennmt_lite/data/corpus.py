@@ -36,12 +36,14 @@ class RaggedIds:
 
     @classmethod
     def from_sequences(cls, sequences):
+        """From a list of id sequences."""
         lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
         offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        flat = np.concatenate([np.asarray(s, dtype=np.int32) for s in sequences]) if len(
-            sequences) else np.zeros(0, np.int32)
-        return cls(flat.astype(np.int32, copy=False), offsets)
+        flat = np.zeros(int(offsets[-1]), dtype=np.int32)
+        for sequence, start in zip(sequences, offsets[:-1].tolist()):
+            flat[start:start + len(sequence)] = sequence
+        return cls(flat, offsets)
 
     def __len__(self):
         return len(self.lengths)
