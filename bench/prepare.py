@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -322,6 +323,8 @@ def prepare(cache_dir=DEFAULT_CACHE_DIR, force=False, **overrides):
     os.makedirs(cache_dir, exist_ok=True)
     if os.path.exists(paths["manifest"]):
         os.remove(paths["manifest"])
+    # The shared OpenNMT-tf checkpoint depends on the vocabularies: rewritten on next use.
+    shutil.rmtree(paths["encoder_checkpoint"], ignore_errors=True)
     start = time.time()
     stats = dict(params=params, sentencepiece={})
     lengths = {}
