@@ -37,10 +37,22 @@ def build_vocab(args, config):
     )
 
 
+def missing_vocabulary(config):
+    data = config["data"]
+    paths = [data["source_vocabulary"], data["target_vocabulary"]] + [
+        t["model"] for t in (data["source_tokenization"], data["target_tokenization"]) if t
+    ]
+    return [path for path in paths if path and not os.path.exists(path)]
+
+
 def train(args, config):
     from opennmt_lite.evaluation import Evaluator
     from opennmt_lite.training import train
 
+    missing = missing_vocabulary(config)
+    if missing:  # first run: build what the config names, so one command does the whole job
+        logging.getLogger("opennmt_lite").info("building vocabularies (missing: %s)", ", ".join(missing))
+        build_vocab(args, config)
     data = config["data"]
     with_eval = bool(data.get("eval_features_file") and data.get("eval_labels_file"))
     summary = train(config, evaluator_factory=Evaluator if with_eval else None)
@@ -95,7 +107,7 @@ def parse_args(argv):
         p.add_argument("--config", nargs="+", required=name != "evaluate",
                        help="YAML config file(s), merged left to right")
         p.add_argument("--log_level", default="INFO")
-        if name == "build-vocab":
+        if name in ("build-vocab", "train"):
             p.add_argument("--size", type=int, default=0,
                            help="pre-tokenized data only: vocabulary lines (0 = every token)")
         if name in ("infer", "export", "inspect"):

@@ -173,107 +173,130 @@ def grouped_dataset(training_input, skip_groups):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def train(config, evaluator_factory=None):
-    """Trains as configured. Returns a summary dict (final step, last loss, why it stopped)."""
-    train_config = config["train"]
-    model_dir = config["model_dir"]
-    os.makedirs(model_dir, exist_ok=True)
-    policy = set_precision(train_config["mixed_precision"])
-    keras.utils.set_random_seed(train_config["seed"])
-    assets = load_assets(config)
+class Trainer:
+    """Everything one training run holds: assets, model, optimizer, checkpoint, input, step fn.
 
-    model = create_model(config, assets)
-    optimizer = make_optimizer(config["params"], train_config["mixed_precision"])
-    optimizer.build(model.trainable_variables)
-    groups_done = keras.Variable(0, dtype="int64", trainable=False, name="groups_done")
-    checkpoint = Checkpoint(
-        model, optimizer, checkpoint_directory(model_dir),
-        max_to_keep=train_config["keep_checkpoint_max"], extra={"data/groups_done": groups_done},
-    )
-    restored = checkpoint.restore()
-    if restored:
-        logger.info("restored %s (step %d)", restored, int(optimizer.iterations))
-    else:
-        onmt_path = find_onmt_checkpoint(model_dir)
-        if onmt_path:
-            onmt_compat.load_onmt_model(onmt_path, model)
-            step = onmt_compat.load_onmt_optimizer_state(onmt_path, model, optimizer)
-            logger.info(
-                "imported OpenNMT-tf checkpoint %s (step %d); opennmt-lite checkpoints go to %s",
-                onmt_path, step, checkpoint_directory(model_dir),
-            )
-    step = int(optimizer.iterations)
-    max_step = train_config["max_step"]
-    if max_step is not None and step >= max_step:
-        raise TrainingError(
-            f"the checkpoint is at step {step}, which reaches train.max_step={max_step}: "
-            f"raise max_step to train further"
+    Construction restores the latest opennmt-lite checkpoint of model_dir (or imports an
+    OpenNMT-tf one found there); `run()` trains until max_step, early stopping, a signal, or NaN.
+    """
+
+    def __init__(self, config, evaluator_factory=None):
+        self.config = config
+        train_config = config["train"]
+        self.model_dir = config["model_dir"]
+        os.makedirs(self.model_dir, exist_ok=True)
+        self.policy = set_precision(train_config["mixed_precision"])
+        keras.utils.set_random_seed(train_config["seed"])
+        self.assets = load_assets(config)
+
+        self.model = create_model(config, self.assets)
+        self.optimizer = make_optimizer(config["params"], train_config["mixed_precision"])
+        self.optimizer.build(self.model.trainable_variables)
+        # Groups of batches consumed so far: saved with the weights so that a resumed run reads
+        # the data from where the interrupted one stopped.
+        self.groups_done = keras.Variable(0, dtype="int64", trainable=False, name="groups_done")
+        self.checkpoint = Checkpoint(
+            self.model, self.optimizer, checkpoint_directory(self.model_dir),
+            max_to_keep=train_config["keep_checkpoint_max"],
+            extra={"data/groups_done": self.groups_done},
         )
+        self.restored = self.checkpoint.restore()
+        if self.restored:
+            logger.info("restored %s (step %d)", self.restored, self.step)
+        else:
+            onmt_path = find_onmt_checkpoint(self.model_dir)
+            if onmt_path:
+                onmt_compat.load_onmt_model(onmt_path, self.model)
+                step = onmt_compat.load_onmt_optimizer_state(onmt_path, self.model, self.optimizer)
+                logger.info(
+                    "imported OpenNMT-tf checkpoint %s (step %d); opennmt-lite checkpoints go to %s",
+                    onmt_path, step, checkpoint_directory(self.model_dir),
+                )
+        self.max_step = train_config["max_step"]
+        if self.max_step is not None and self.step >= self.max_step:
+            raise TrainingError(
+                f"the checkpoint is at step {self.step}, which reaches train.max_step="
+                f"{self.max_step}: raise max_step to train further"
+            )
+        self.training_input = make_training_input(config, self.assets, self.policy)
+        stats = self.training_input.stats
+        logger.info(
+            "training data: %d examples kept, %d dropped %s; %d batch(es) per step (accum_steps)",
+            stats.num_examples, stats.num_dropped, stats.dropped, self.training_input.accum_steps,
+        )
+        params = config["params"]
+        self.train_step = make_train_step(
+            self.model, self.optimizer, self.training_input.accum_steps,
+            label_smoothing=params["label_smoothing"],
+            average_loss_in_time=params["average_loss_in_time"],
+            jit_compile=train_config["jit_compile"],
+        )
+        self.evaluator = (
+            evaluator_factory(config, self.model, self.assets, self.step) if evaluator_factory else None
+        )
+        self.last_saved = self.step if self.restored else None
 
-    training_input = make_training_input(config, assets, policy)
-    stats = training_input.stats
-    logger.info(
-        "training data: %d examples kept, %d dropped (%s); %d batch(es) per step (accum_steps)",
-        stats.num_examples, stats.num_dropped, stats.dropped,
-        training_input.accum_steps,
-    )
-    params = config["params"]
-    train_step = make_train_step(
-        model, optimizer, training_input.accum_steps,
-        label_smoothing=params["label_smoothing"],
-        average_loss_in_time=params["average_loss_in_time"],
-        jit_compile=train_config["jit_compile"],
-    )
-    evaluator = evaluator_factory(config, model, assets) if evaluator_factory else None
-    reporter = Reporter(model_dir, train_config["save_summary_steps"], max_step, step)
-    save_every = train_config["save_checkpoints_steps"]
-    last_saved = step if restored else None
-    summary = {"stopped": "max_step", "step": step, "loss": None}
+    @property
+    def step(self):
+        return int(self.optimizer.iterations)
 
-    def save(step):
-        nonlocal last_saved
-        if last_saved != step:
-            path = checkpoint.save(step)
-            last_saved = step
+    def save(self):
+        if self.last_saved != self.step:
+            path = self.checkpoint.save(self.step)
+            self.last_saved = self.step
             logger.info("saved checkpoint %s", path)
 
-    dataset = grouped_dataset(training_input, int(groups_done.numpy()))
-    with StopRequest() as stop:
-        for group in dataset:
-            result = train_step(group)
-            groups_done.assign_add(1)
-            step = int(optimizer.iterations)
-            loss = float(result["loss"])
-            summary.update(step=step, loss=loss)
-            if not math.isfinite(loss):
-                latest = checkpoint.latest
-                message = (
-                    f"training stopped at step {step}: the loss is {loss}. "
-                    + (f"The last good checkpoint, {latest}, is kept. " if latest else "No checkpoint was saved. ")
-                    + "Lower params.learning_rate or check the data."
-                )
-                logger.error(message)
-                summary.update(stopped="nan")
-                raise TrainingError(message)
-            reporter.update(step, result, current_learning_rate(optimizer))
-            if step == 1 or (save_every and step % save_every == 0):
-                save(step)
-            if evaluator is not None and evaluator.due(step):
-                evaluator(step)
-                if evaluator.should_stop():
-                    summary["stopped"] = "early_stopping"
+    def run(self):
+        """Trains; returns {"step", "loss", "stopped", "checkpoint"}."""
+        train_config = self.config["train"]
+        reporter = Reporter(self.model_dir, train_config["save_summary_steps"], self.max_step, self.step)
+        save_every = train_config["save_checkpoints_steps"]
+        evaluator = self.evaluator
+        summary = {"stopped": "max_step", "step": self.step, "loss": None}
+        dataset = grouped_dataset(self.training_input, int(self.groups_done.numpy()))
+        with StopRequest() as stop:
+            for group in dataset:
+                result = self.train_step(group)
+                self.groups_done.assign_add(1)
+                step = self.step
+                loss = float(result["loss"])
+                summary.update(step=step, loss=loss)
+                if not math.isfinite(loss):
+                    latest = self.checkpoint.latest
+                    message = (
+                        f"training stopped at step {step}: the loss is {loss}. "
+                        + (f"The last good checkpoint, {latest}, is kept. " if latest
+                           else "No checkpoint was saved. ")
+                        + "Lower params.learning_rate or check the data."
+                    )
+                    logger.error(message)
+                    raise TrainingError(message)
+                reporter.update(step, result, current_learning_rate(self.optimizer))
+                if step == 1 or (save_every and step % save_every == 0):
+                    self.save()
+                if evaluator is not None and evaluator.due(step):
+                    evaluator(step)
+                    if evaluator.should_stop():
+                        summary["stopped"] = "early_stopping"
+                        break
+                if stop.signal:
+                    summary["stopped"] = stop.signal
                     break
-            if stop.signal:
-                summary["stopped"] = stop.signal
-                break
-            if max_step is not None and step >= max_step:
-                break
-        else:
-            summary["stopped"] = "end_of_data"
-    save(step)
-    if evaluator is not None and summary["stopped"] in ("max_step", "end_of_data") and not evaluator.evaluated(step):
-        evaluator(step)
-    summary["checkpoint"] = checkpoint.latest
-    if summary["stopped"] in ("SIGINT", "SIGTERM"):
-        logger.info("stopped by %s at step %d; run the same command to continue", summary["stopped"], step)
-    return summary
+                if self.max_step is not None and step >= self.max_step:
+                    break
+            else:
+                summary["stopped"] = "end_of_data"
+        self.save()
+        if (evaluator is not None and summary["stopped"] in ("max_step", "end_of_data")
+                and not evaluator.evaluated(self.step)):
+            evaluator(self.step)
+        summary["checkpoint"] = self.checkpoint.latest
+        if summary["stopped"] in ("SIGINT", "SIGTERM"):
+            logger.info("stopped by %s at step %d; run the same command to continue",
+                        summary["stopped"], self.step)
+        return summary
+
+
+def train(config, evaluator_factory=None):
+    """Trains as configured (see Trainer). Returns a summary dict."""
+    return Trainer(config, evaluator_factory).run()
