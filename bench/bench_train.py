@@ -98,7 +98,11 @@ def read_lite_metrics(model_dir, drop_first):
         return dict(error=f"{path}: reports lack {missing}")
     first_steps = {r["step"] for r in reports[:drop_first]}
     kept = [r for r in reports if r["step"] not in first_steps]
-    # steps/s between consecutive reports when `elapsed` is cumulative (seconds since start).
+    # steps/s: 1 / seconds_per_step when reported, else between consecutive reports from the
+    # cumulative `elapsed` (seconds since the start of training).
+    for report in reports:
+        if report.get("seconds_per_step"):
+            report.setdefault("steps_per_sec", 1.0 / report["seconds_per_step"])
     for previous, report in zip(reports, reports[1:]):
         interval = (report.get("elapsed") or 0) - (previous.get("elapsed") or 0)
         if "elapsed" in report and "elapsed" in previous and interval > 0:
