@@ -118,6 +118,9 @@ def parse_args(argv):
             p.add_argument("--beam_width", type=int)
             p.add_argument("--n_best", type=int)
             p.add_argument("--with_scores", action="store_true", default=None)
+        if name == "train":
+            p.add_argument("--num_devices", type=int,
+                           help="train on N devices of this machine (GPUs, or the CPU split in N)")
         if name == "export":
             p.add_argument("--output", required=True, help="SavedModel directory to write")
         if name == "evaluate":
@@ -143,7 +146,10 @@ def main(argv=None):
         if args.config:
             from opennmt_lite.config import load_config
 
-            config = load_config(args.config)
+            overrides = {}
+            if getattr(args, "num_devices", None):
+                overrides = {"train": {"num_devices": args.num_devices}}
+            config = load_config(args.config, overrides)
         COMMANDS[args.command][0](args, config)
     except Exception as error:  # a user's mistake gets one clear line, a bug its traceback
         if is_user_error(error):

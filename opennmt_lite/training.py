@@ -6,11 +6,14 @@ TensorBoard and `<model_dir>/metrics.jsonl`, periodic evaluation with early stop
 stop on SIGINT/SIGTERM, and a stop that keeps the last good checkpoint if the loss is NaN.
 """
 
+import contextlib
 import json
 import logging
 import math
 import os
+import shutil
 import signal
+import tempfile
 import time
 
 import keras
@@ -20,6 +23,7 @@ import tensorflow as tf
 from opennmt_lite import onmt_compat
 from opennmt_lite.checkpoint import Checkpoint, checkpoint_directory
 from opennmt_lite.data import TrainingInput, accum_steps as count_accum_steps
+from opennmt_lite.distribute import is_chief, make_strategy, replica_shards
 from opennmt_lite.optimizers import inner_optimizer, make_optimizer
 from opennmt_lite.resources import create_model, find_onmt_checkpoint, load_assets, set_precision
 from opennmt_lite.training_step import make_train_step
@@ -60,11 +64,12 @@ class StopRequest:
 class Reporter:
     """Accumulates step statistics and prints/records them every `every` steps."""
 
-    def __init__(self, model_dir, every, max_step, start_step):
+    def __init__(self, model_dir, every, max_step, start_step, enabled=True):
+        self.enabled = enabled
         self.every = every
         self.max_step = max_step
         self.start_step = start_step
-        self.writer = tf.summary.create_file_writer(model_dir)
+        self.writer = tf.summary.create_file_writer(model_dir) if enabled else None
         self.metrics_path = os.path.join(model_dir, "metrics.jsonl")
         self.started = time.time()
         self._reset(time.time())
@@ -79,7 +84,7 @@ class Reporter:
         self.steps += 1
         self.source_tokens += int(stats["source_tokens"])
         self.target_tokens += int(stats["target_tokens"])
-        if step % self.every != 0:
+        if step % self.every != 0 or not self.enabled:
             return None
         now = time.time()
         elapsed = max(now - self.interval_start, 1e-9)
@@ -173,6 +178,12 @@ def grouped_dataset(training_input, skip_groups):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
+def replica_groups_dataset(training_inputs, skip_groups):
+    """Elements: one group per local replica, each replica reading its own shard."""
+    datasets = tuple(grouped_dataset(t, skip_groups) for t in training_inputs)
+    return tf.data.Dataset.zip(datasets)
+
+
 class Trainer:
     """Everything one training run holds: assets, model, optimizer, checkpoint, input, step fn.
 
@@ -184,22 +195,32 @@ class Trainer:
         self.config = config
         train_config = config["train"]
         self.model_dir = config["model_dir"]
+        # First, before TensorFlow starts: the CPU may have to be split into logical devices.
+        self.strategy = make_strategy(train_config["num_devices"])
+        self.chief = is_chief(self.strategy)
         os.makedirs(self.model_dir, exist_ok=True)
         self.policy = set_precision(train_config["mixed_precision"])
         keras.utils.set_random_seed(train_config["seed"])
         self.assets = load_assets(config)
 
-        self.model = create_model(config, self.assets)
-        self.optimizer = make_optimizer(config["params"], train_config["mixed_precision"])
-        self.optimizer.build(self.model.trainable_variables)
+        with self.strategy.scope() if self.strategy else contextlib.nullcontext():
+            self.model = create_model(config, self.assets)
+            self.optimizer = make_optimizer(config["params"], train_config["mixed_precision"])
+            self.optimizer.build(self.model.trainable_variables)
         # Groups of batches consumed so far: saved with the weights so that a resumed run reads
         # the data from where the interrupted one stopped.
         self.groups_done = keras.Variable(0, dtype="int64", trainable=False, name="groups_done")
+        directory = checkpoint_directory(self.model_dir)
+        if not self.chief:  # every worker saves (collectives), only the chief's files are kept
+            self._scratch = tempfile.mkdtemp(prefix="opennmt_lite_worker_")
+            directory = self._scratch
         self.checkpoint = Checkpoint(
-            self.model, self.optimizer, checkpoint_directory(self.model_dir),
+            self.model, self.optimizer, directory,
             max_to_keep=train_config["keep_checkpoint_max"],
             extra={"data/groups_done": self.groups_done},
         )
+        if not self.chief:  # resume from the chief's checkpoints
+            self.checkpoint.directory = checkpoint_directory(self.model_dir)
         self.restored = self.checkpoint.restore()
         if self.restored:
             logger.info("restored %s (step %d)", self.restored, self.step)
@@ -218,42 +239,52 @@ class Trainer:
                 f"the checkpoint is at step {self.step}, which reaches train.max_step="
                 f"{self.max_step}: raise max_step to train further"
             )
-        self.training_input = make_training_input(config, self.assets, self.policy)
+        self.training_inputs = [
+            make_training_input(config, self.assets, self.policy, num_shards=n, shard_index=i)
+            for n, i in replica_shards(self.strategy)
+        ]
+        self.training_input = self.training_inputs[0]
         stats = self.training_input.stats
         logger.info(
-            "training data: %d examples kept, %d dropped %s; %d batch(es) per step (accum_steps)",
+            "training data%s: %d examples kept, %d dropped %s; %d batch(es) per step "
+            "(accum_steps) on each of %d replica(s)",
+            f" (shard {stats.shard_index + 1}/{stats.num_shards})" if stats.num_shards > 1 else "",
             stats.num_examples, stats.num_dropped, stats.dropped, self.training_input.accum_steps,
+            self.strategy.num_replicas_in_sync if self.strategy else 1,
         )
         params = config["params"]
         self.train_step = make_train_step(
             self.model, self.optimizer, self.training_input.accum_steps,
             label_smoothing=params["label_smoothing"],
             average_loss_in_time=params["average_loss_in_time"],
-            jit_compile=train_config["jit_compile"],
+            jit_compile=train_config["jit_compile"], strategy=self.strategy,
         )
         self.evaluator = (
-            evaluator_factory(config, self.model, self.assets, self.step) if evaluator_factory else None
+            evaluator_factory(config, self.model, self.assets, self.step)
+            if evaluator_factory and self.chief else None
         )
         self.last_saved = self.step if self.restored else None
 
     @property
     def step(self):
-        return int(self.optimizer.iterations)
+        return int(self.optimizer.iterations.numpy())
 
     def save(self):
         if self.last_saved != self.step:
             path = self.checkpoint.save(self.step)
             self.last_saved = self.step
-            logger.info("saved checkpoint %s", path)
+            if self.chief:
+                logger.info("saved checkpoint %s", path)
 
     def run(self):
         """Trains; returns {"step", "loss", "stopped", "checkpoint"}."""
         train_config = self.config["train"]
-        reporter = Reporter(self.model_dir, train_config["save_summary_steps"], self.max_step, self.step)
+        reporter = Reporter(self.model_dir, train_config["save_summary_steps"], self.max_step, self.step,
+                            enabled=self.chief)
         save_every = train_config["save_checkpoints_steps"]
         evaluator = self.evaluator
         summary = {"stopped": "max_step", "step": self.step, "loss": None}
-        dataset = grouped_dataset(self.training_input, int(self.groups_done.numpy()))
+        dataset = replica_groups_dataset(self.training_inputs, int(self.groups_done.numpy()))
         with StopRequest() as stop:
             for group in dataset:
                 result = self.train_step(group)
@@ -291,6 +322,8 @@ class Trainer:
                 and not evaluator.evaluated(self.step)):
             evaluator(self.step)
         summary["checkpoint"] = self.checkpoint.latest
+        if not self.chief:
+            shutil.rmtree(self._scratch, ignore_errors=True)
         if summary["stopped"] in ("SIGINT", "SIGTERM"):
             logger.info("stopped by %s at step %d; run the same command to continue",
                         summary["stopped"], self.step)

@@ -71,25 +71,58 @@ def apply_gradients(optimizer, grads, variables, normalizer):
         inner.iterations.assign_add(tf.cast(skipped, inner.iterations.dtype))
 
 
-def make_train_step(model, optimizer, accum_steps, label_smoothing=0.0, average_loss_in_time=True,
-                    jit_compile=False):
-    """A tf.function: group (tuple of `accum_steps` batches) -> statistics dict of the update."""
-    signature = (tuple(batch_signature() for _ in range(accum_steps)),)
+def local_replicas(strategy):
+    """Number of replicas this process drives (all of them, except in multi-worker training)."""
+    if strategy.num_replicas_in_sync == 1:
+        return 1
+    return len(strategy.extended.worker_devices)
 
-    @tf.function(input_signature=signature, jit_compile=jit_compile or None)
-    def train_step(group):
+
+def make_train_step(model, optimizer, accum_steps, label_smoothing=0.0, average_loss_in_time=True,
+                    jit_compile=False, strategy=None):
+    """A tf.function running one update: `train_step(groups)` -> statistics dict.
+
+    `groups` holds one group (a tuple of `accum_steps` batches) per local replica. Each replica
+    sums the gradients of its group; the normalizer is summed over all replicas (all-reduce),
+    each replica divides its gradients by it, and the optimizer sums the replicas' gradients: the
+    update is the gradient of all the examples of all replicas divided by their token count,
+    exactly as on a single device.
+    """
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = local_replicas(strategy)
+    group_signature = tuple(batch_signature() for _ in range(accum_steps))
+    signature = (tuple(group_signature for _ in range(replicas)),)
+
+    def replica_step(group):
         grads, loss_sum, normalizer = accumulate_gradients(
             model, optimizer, group, label_smoothing, average_loss_in_time
         )
-        apply_gradients(optimizer, grads, model.trainable_variables, normalizer)
-        source_tokens = tf.add_n([tf.reduce_sum(b["source_length"]) for b in group])
-        target_tokens = tf.add_n([tf.reduce_sum(b["target_length"]) for b in group])
+        total = tf.distribute.get_replica_context().all_reduce("sum", normalizer)
+        apply_gradients(optimizer, grads, model.trainable_variables, total)
         return {
-            "loss": loss_sum / normalizer,
             "loss_sum": loss_sum,
             "normalizer": normalizer,
-            "source_tokens": source_tokens,
-            "target_tokens": target_tokens,
+            "source_tokens": tf.add_n([tf.reduce_sum(b["source_length"]) for b in group]),
+            "target_tokens": tf.add_n([tf.reduce_sum(b["target_length"]) for b in group]),
         }
+
+    distributed = strategy.num_replicas_in_sync > 1
+    # XLA compiles the single-device step whole; cross-device collectives stay outside it.
+    if jit_compile and distributed:
+        replica_step = tf.function(replica_step, jit_compile=True)
+
+    @tf.function(input_signature=signature, jit_compile=(jit_compile and not distributed) or None)
+    def train_step(groups):
+        if not distributed:
+            stats = replica_step(groups[0])
+        else:
+            first = strategy.cluster_resolver.task_id * replicas if strategy.cluster_resolver else 0
+            values = strategy.experimental_distribute_values_from_function(
+                lambda context: groups[context.replica_id_in_sync_group - first]
+            )
+            per_replica = strategy.run(replica_step, args=(values,))
+            stats = {k: strategy.reduce("sum", v, axis=None) for k, v in per_replica.items()}
+        stats["loss"] = stats["loss_sum"] / stats["normalizer"]
+        return stats
 
     return train_step

@@ -76,7 +76,7 @@ def test_four_accumulated_batches_equal_one_big_batch():
         optimizer.build(model.trainable_variables)
         grads, loss_sum, normalizer = accumulate_gradients(model, optimizer, batches, smoothing, True)
         step = make_train_step(model, optimizer, len(batches), label_smoothing=smoothing)
-        stats = step(batches)
+        stats = step((batches,))
         results.append((
             [g.numpy() / normalizer.numpy() for g in grads],
             [v.numpy() for v in model.trainable_variables],
