@@ -49,7 +49,7 @@ def parse_tf_config(text):
 
 def configure_devices(num_devices):
     """Makes `num_devices` devices available before TensorFlow starts: GPUs if there are enough,
-    otherwise the CPU split into logical devices (each with its own threads). Returns their names."""
+    otherwise the CPU split into logical devices, at most one per core. Returns their names."""
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if num_devices > len(gpus):
@@ -58,6 +58,12 @@ def configure_devices(num_devices):
                 + ", ".join(g.name for g in gpus)
             )
         return [f"/gpu:{i}" for i in range(num_devices)]
+    cores = os.cpu_count() or 1
+    if num_devices > cores:
+        raise DistributionError(
+            f"train.num_devices is {num_devices} but only {cores} device(s) exist: no GPU, and the "
+            f"CPU ({cores} cores) can be split into at most {cores} logical devices"
+        )
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
