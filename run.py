@@ -26,6 +26,19 @@ def build_vocab(args, config):
         raise SystemExit("error: build-vocab trains SentencePiece models for both sides, or none "
                          "(pre-tokenized data): set both data.source_tokenization and "
                          "data.target_tokenization, or neither")
+    if source["model"] == target["model"]:  # one joint model (e.g. for share_embeddings: all)
+        from opennmt_lite.tokenizers import train_sentencepiece
+
+        if data["source_vocabulary"] != data["target_vocabulary"]:
+            raise SystemExit("error: a joint SentencePiece model needs one vocabulary file: set "
+                             "data.source_vocabulary and data.target_vocabulary to the same path")
+        train_sentencepiece(
+            [data["train_features_file"], data["train_labels_file"]],
+            os.path.splitext(source["model"])[0], source["vocabulary_size"],
+            model_type=source["model_type"], character_coverage=source["character_coverage"],
+            seed=config["train"]["seed"], vocabulary_path=data["source_vocabulary"],
+        )
+        return
     build_vocab(
         features_file=data["train_features_file"], labels_file=data["train_labels_file"],
         source_model_prefix=os.path.splitext(source["model"])[0],

@@ -14,7 +14,7 @@ SHARE_EMBEDDINGS = ("none", "source_target_input", "target", "all")
 _BASE = dict(num_layers=6, num_units=512, num_heads=8, ffn_inner_dim=2048, dropout=0.1,
              attention_dropout=0.1, ffn_dropout=0.1, maximum_relative_position=None,
              pre_norm=True, share_embeddings="none")
-_BIG = dict(_BASE, num_units=1024, num_heads=16, ffn_inner_dim=4096, dropout=0.3)
+_BIG = dict(_BASE, num_units=1024, num_heads=16, ffn_inner_dim=4096)
 PRESETS = {
     "Transformer": dict(_BASE),
     "TransformerBase": dict(_BASE),
@@ -24,6 +24,7 @@ PRESETS = {
     "TransformerBigRelative": dict(_BIG, maximum_relative_position=20),
     "TransformerBaseSharedEmbeddings": dict(_BASE, share_embeddings="all"),
     "TransformerBigSharedEmbeddings": dict(_BIG, share_embeddings="all"),
+    "TransformerTiny": dict(_BASE, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=64),
 }
 
 

@@ -99,3 +99,33 @@ def test_relative_data_paths_resolve_under_model_dir(tmp_path):
     config = load_config(write(tmp_path, content))
     assert config["data"]["source_vocabulary"] == str(model_dir / "src-vocab.txt")
     assert config["data"]["target_vocabulary"] == "elsewhere.txt"  # not found anywhere: as given
+
+
+def test_shipped_configs_load_with_their_presets():
+    import pathlib
+
+    from opennmt_lite.models import PRESETS
+
+    directory = pathlib.Path(__file__).parents[1] / "configs"
+    names = sorted(p.name for p in directory.glob("*.yml"))
+    assert "sample.yml" in names and len(names) >= 6
+    for path in sorted(directory.glob("*.yml")):
+        config = load_config(str(path))
+        preset = config["model"]["preset"]
+        if preset:
+            for key, value in PRESETS[preset].items():
+                assert config["model"][key] == value, (path.name, key)
+        assert config["data"]["train_features_file"] == "data/train.en"
+
+
+def test_catalog_presets_match_opennmt_catalog():
+    from opennmt_lite.models import PRESETS
+
+    # OpenNMT-tf 2.32 opennmt/models/catalog.py
+    assert PRESETS["TransformerBig"] == dict(PRESETS["TransformerBase"], num_units=1024, num_heads=16,
+                                             ffn_inner_dim=4096)
+    assert PRESETS["TransformerBigRelative"]["maximum_relative_position"] == 20
+    assert PRESETS["TransformerBaseRelative"] == PRESETS["TransformerRelative"]
+    assert PRESETS["TransformerBaseSharedEmbeddings"]["share_embeddings"] == "all"
+    assert all(p["dropout"] == 0.1 and p["pre_norm"] for p in PRESETS.values())
+    assert PRESETS["TransformerTiny"]["num_layers"] == 2 and PRESETS["TransformerTiny"]["ffn_inner_dim"] == 64
