@@ -15,7 +15,8 @@
    model (bench/configs/train_benchmark.yml) is pre-trained briefly BY OPENNMT-TF ITSELF
    (`onmt-main --auto_config --seed 1234 train`, `--steps` steps, default 600, with the
    PRETRAIN overrides below: 2 048-token batches without accumulation, Noam schedule scaled 1.0
-   with 600 warm-up steps), cached in runs/bench_cache/translate/pretrain-<steps>/. Both sides
+   with 600 warm-up steps), cached in runs/bench_cache/translate/pretrain/ (a larger --steps
+   resumes the cached training, a smaller one retrains). Both sides
    load that checkpoint (opennmt-lite through `opennmt_lite.onmt_compat.load_onmt_model`).
    `--checkpoint PATH` uses another OpenNMT-tf checkpoint instead (e.g. the untrained
    runs/bench_cache/onmt_init_ckpt, with a small `--maximum-decoding-length`).
@@ -273,28 +274,40 @@ def pretrain_config(benchmark, cache_dir, steps, model_dir):
 
 
 def ensure_pretrained(onmt_python, paths, args, run_dir):
-    """The checkpoint trained by OpenNMT-tf for --steps steps (cached). Returns (prefix, info)."""
-    directory = os.path.join(translate_cache_dir(paths["cache_dir"]), f"pretrain-{args.steps}")
+    """The checkpoint trained by OpenNMT-tf for --steps steps. Returns (prefix, info).
+
+    Cached in runs/bench_cache/translate/pretrain/ (one model_dir, the last checkpoint kept).
+    Asking for more steps than cached resumes OpenNMT-tf's training there (it restores the
+    model and optimizer and trains up to the new max_step; the data order restarts from the
+    seed); asking for fewer, or changing the data or PRETRAIN, trains again from scratch."""
+    import shutil
+
+    directory = os.path.join(translate_cache_dir(paths["cache_dir"]), "pretrain")
     done = os.path.join(directory, "done.json")
     benchmark = load_yaml(args.benchmark)
     model_dir = os.path.join(directory, "model_dir")
     config = pretrain_config(benchmark, paths["cache_dir"], args.steps, model_dir)
-    wanted = dict(data=data_fingerprint(paths), config=config, seed=PRETRAIN_SEED)
+    base = copy.deepcopy(config)
+    for key in ("max_step", "save_checkpoints_steps", "save_summary_steps"):
+        base["train"].pop(key)
+    wanted = dict(data=data_fingerprint(paths), config=base, seed=PRETRAIN_SEED)
     recorded = read_json(done)
-    if recorded and recorded.get("wanted") == wanted and recorded.get("checkpoint") and \
-            os.path.exists(recorded["checkpoint"] + ".index"):
+    usable = bool(recorded and recorded.get("wanted") == wanted and recorded.get("checkpoint")
+                  and os.path.exists(recorded["checkpoint"] + ".index"))
+    if usable and recorded["steps"] == args.steps:
         return recorded["checkpoint"], recorded
+    resume = usable and recorded["steps"] < args.steps
     if onmt_python is None:
-        raise SystemExit(f"no pre-trained checkpoint in {directory}: it is trained by OpenNMT-tf; "
-                         "run once without --only lite (or pass --checkpoint)")
-    import shutil
-
-    shutil.rmtree(directory, ignore_errors=True)
-    os.makedirs(directory)
+        raise SystemExit(f"no checkpoint of {args.steps} steps in {directory}: it is trained by "
+                         "OpenNMT-tf; run once without --only lite (or pass --checkpoint)")
+    if not resume:
+        shutil.rmtree(directory, ignore_errors=True)
+        recorded = dict(wanted=wanted, steps=0, segments=[])
+    os.makedirs(directory, exist_ok=True)
     config_path = os.path.join(directory, "pretrain.yml")
     dump_yaml(config, config_path)
-    harness.log(f"pre-training the benchmark model with OpenNMT-tf for {args.steps} steps "
-                f"(once, cached in {os.path.relpath(directory, ROOT)}; logs in "
+    harness.log(f"pre-training the benchmark model with OpenNMT-tf from step {recorded['steps']} "
+                f"to {args.steps} (once, cached in {os.path.relpath(directory, ROOT)}; log: "
                 f"{os.path.relpath(run_dir, ROOT)}/pretrain.err)")
     start = time.time()
     record = harness.run_measured(
@@ -305,10 +318,11 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
     if record["returncode"] != 0 or not (record["result"] or {}).get("checkpoint"):
         raise SystemExit("pre-training failed:\n" + harness.tail(record["stderr"]))
     reports = parse_onmt_reports(record["stderr"])
-    recorded = dict(wanted=wanted, checkpoint=record["result"]["checkpoint"],
-                    wall_seconds=time.time() - start, reports=reports)
+    recorded["segments"].append(dict(from_step=recorded["steps"], to_step=args.steps,
+                                     wall_seconds=time.time() - start, reports=reports))
+    recorded.update(steps=args.steps, checkpoint=record["result"]["checkpoint"])
     write_json(done, recorded)
-    harness.log(f"pre-trained in {recorded['wall_seconds']:.0f} s; last loss "
+    harness.log(f"pre-trained in {time.time() - start:.0f} s; last loss "
                 f"{reports[-1]['loss'] if reports else '?'}")
     return recorded["checkpoint"], recorded
 
