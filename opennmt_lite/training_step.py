@@ -6,14 +6,18 @@ batch in the group are added up, then divided once by the group's total number o
 exactly the gradient of one batch holding all the group's examples, not an average of per-batch
 means (which Keras' `gradient_accumulation_steps` would compute, also advancing the learning
 rate schedule per batch).
+
+`TrainStep` runs one compiled function per batch, which adds its gradients to accumulator
+variables (a batch's activations are freed before the next batch starts), then one compiled
+function that applies the accumulated update. Under tf.distribute each replica accumulates its
+own batches; the normalizer is summed over replicas before the division, and the optimizer sums
+the replicas' gradients.
 """
 
 import tensorflow as tf
 
 from opennmt_lite.losses import cross_entropy_sequence_loss
 from opennmt_lite.optimizers import inner_optimizer
-
-FEATURE_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
 def batch_signature():
@@ -38,25 +42,27 @@ def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
     return loss, normalizer
 
 
+def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time):
+    """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
+    Embedding gradients stay IndexedSlices."""
+    scaled = inner_optimizer(optimizer) is not optimizer
+    with tf.GradientTape() as tape:
+        loss, normalizer = compute_loss(model, batch, label_smoothing, average_loss_in_time, training=True)
+        objective = optimizer.scale_loss(loss) if scaled else loss
+    return tape.gradient(objective, model.trainable_variables), loss, normalizer
+
+
 def accumulate_gradients(model, optimizer, group, label_smoothing, average_loss_in_time):
-    """Summed gradients of the group's summed losses -> (grads, loss_sum, normalizer)."""
-    variables = model.trainable_variables
-    scaled = inner_optimizer(optimizer) is not optimizer  # float16 loss scaling
-    total_grads = None
-    loss_sum = tf.constant(0.0)
-    normalizer = tf.constant(0.0)
+    """Summed dense gradients of a group's batches -> (grads, loss_sum, normalizer) (eager use)."""
+    total, loss_sum, normalizer = None, 0.0, 0.0
     for batch in group:
-        with tf.GradientTape() as tape:
-            loss, batch_normalizer = compute_loss(
-                model, batch, label_smoothing, average_loss_in_time, training=True
-            )
-            objective = optimizer.scale_loss(loss) if scaled else loss
-        # Embedding gradients come as IndexedSlices; summing them dense is what OpenNMT-tf did.
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(objective, variables)]
-        total_grads = grads if total_grads is None else [a + b for a, b in zip(total_grads, grads)]
+        grads, loss, batch_normalizer = batch_gradients(
+            model, optimizer, batch, label_smoothing, average_loss_in_time)
+        grads = [tf.convert_to_tensor(g) for g in grads]
+        total = grads if total is None else [a + b for a, b in zip(total, grads)]
         loss_sum += loss
         normalizer += batch_normalizer
-    return total_grads, loss_sum, normalizer
+    return total, loss_sum, normalizer
 
 
 def apply_gradients(optimizer, grads, variables, normalizer):
@@ -78,51 +84,87 @@ def local_replicas(strategy):
     return len(strategy.extended.worker_devices)
 
 
-def make_train_step(model, optimizer, accum_steps, label_smoothing=0.0, average_loss_in_time=True,
-                    jit_compile=False, strategy=None):
-    """A tf.function running one update: `train_step(groups)` -> statistics dict.
+class TrainStep:
+    """`train_step(groups)` -> statistics of the update (loss, loss_sum, normalizer, tokens).
 
-    `groups` holds one group (a tuple of `accum_steps` batches) per local replica. Each replica
-    sums the gradients of its group; the normalizer is summed over all replicas (all-reduce),
-    each replica divides its gradients by it, and the optimizer sums the replicas' gradients: the
-    update is the gradient of all the examples of all replicas divided by their token count,
-    exactly as on a single device.
+    `groups` holds one group (a tuple of `accum_steps` batches) per local replica.
     """
-    strategy = strategy or tf.distribute.get_strategy()
-    replicas = local_replicas(strategy)
-    group_signature = tuple(batch_signature() for _ in range(accum_steps))
-    signature = (tuple(group_signature for _ in range(replicas)),)
 
-    def replica_step(group):
-        grads, loss_sum, normalizer = accumulate_gradients(
-            model, optimizer, group, label_smoothing, average_loss_in_time
-        )
-        total = tf.distribute.get_replica_context().all_reduce("sum", normalizer)
-        apply_gradients(optimizer, grads, model.trainable_variables, total)
+    def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
+                 average_loss_in_time=True, jit_compile=False, strategy=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.accum_steps = accum_steps
+        self.label_smoothing = label_smoothing
+        self.average_loss_in_time = average_loss_in_time
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.distributed = self.strategy.num_replicas_in_sync > 1
+        self.replicas = local_replicas(self.strategy)
+        self.variables = model.trainable_variables
+        local = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                     aggregation=tf.VariableAggregation.SUM)
+        with self.strategy.scope():
+            # Per-replica sums of the gradients and of the normalizer (not checkpointed: they are
+            # zero between updates).
+            self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), **local) for v in self.variables]
+            self.normalizer = tf.Variable(0.0, **local)
+        # XLA compiles the single-device functions; cross-device collectives stay outside it.
+        jit = (jit_compile and not self.distributed) or None
+        signature = (tuple(batch_signature() for _ in range(self.replicas)),)
+        self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
+        self._apply = tf.function(self._apply_fn, jit_compile=jit)
+
+    def _replica_accumulate(self, batch):
+        grads, loss, normalizer = batch_gradients(
+            self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time)
+        for accumulator, grad in zip(self.accumulators, grads):
+            # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
+            # local variables have no scatter_add).
+            accumulator.assign_add(tf.cast(tf.convert_to_tensor(grad), tf.float32))
+        self.normalizer.assign_add(normalizer)
         return {
-            "loss_sum": loss_sum,
+            "loss_sum": loss,
             "normalizer": normalizer,
-            "source_tokens": tf.add_n([tf.reduce_sum(b["source_length"]) for b in group]),
-            "target_tokens": tf.add_n([tf.reduce_sum(b["target_length"]) for b in group]),
+            "source_tokens": tf.reduce_sum(batch["source_length"]),
+            "target_tokens": tf.reduce_sum(batch["target_length"]),
         }
 
-    distributed = strategy.num_replicas_in_sync > 1
-    # XLA compiles the single-device step whole; cross-device collectives stay outside it.
-    if jit_compile and distributed:
-        replica_step = tf.function(replica_step, jit_compile=True)
+    def _accumulate_fn(self, batches):
+        if not self.distributed:
+            return self._replica_accumulate(batches[0])
+        resolver = self.strategy.cluster_resolver
+        first = resolver.task_id * self.replicas if resolver else 0
+        values = self.strategy.experimental_distribute_values_from_function(
+            lambda context: batches[context.replica_id_in_sync_group - first])
+        per_replica = self.strategy.run(self._replica_accumulate, args=(values,))
+        return {k: self.strategy.reduce("sum", v, axis=None) for k, v in per_replica.items()}
 
-    @tf.function(input_signature=signature, jit_compile=(jit_compile and not distributed) or None)
-    def train_step(groups):
-        if not distributed:
-            stats = replica_step(groups[0])
+    def _replica_apply(self):
+        context = tf.distribute.get_replica_context()
+        total = context.all_reduce("sum", self.normalizer.read_value())
+        grads = [a.read_value() for a in self.accumulators]
+        apply_gradients(self.optimizer, grads, self.variables, total)
+        for accumulator in self.accumulators:
+            accumulator.assign(tf.zeros_like(accumulator))
+        self.normalizer.assign(0.0)
+
+    def _apply_fn(self):
+        if self.distributed:
+            self.strategy.run(self._replica_apply)
         else:
-            first = strategy.cluster_resolver.task_id * replicas if strategy.cluster_resolver else 0
-            values = strategy.experimental_distribute_values_from_function(
-                lambda context: groups[context.replica_id_in_sync_group - first]
-            )
-            per_replica = strategy.run(replica_step, args=(values,))
-            stats = {k: strategy.reduce("sum", v, axis=None) for k, v in per_replica.items()}
+            self._replica_apply()
+
+    def __call__(self, groups):
+        stats = None
+        for k in range(self.accum_steps):
+            batch_stats = self._accumulate(tuple(group[k] for group in groups))
+            stats = batch_stats if stats is None else {n: stats[n] + v for n, v in batch_stats.items()}
+        self._apply()
         stats["loss"] = stats["loss_sum"] / stats["normalizer"]
         return stats
 
-    return train_step
+
+def make_train_step(model, optimizer, accum_steps, label_smoothing=0.0, average_loss_in_time=True,
+                    jit_compile=False, strategy=None):
+    return TrainStep(model, optimizer, accum_steps, label_smoothing, average_loss_in_time,
+                     jit_compile, strategy)
