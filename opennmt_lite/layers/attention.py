@@ -37,22 +37,34 @@ def relative_positions(num_queries, num_keys, maximum_position):
     return distance + maximum_position
 
 
-def matmul_relative_keys(queries, relative_keys):
-    """Relative logits: out[b, h, i, j] = queries[b, h, i, :] . relative_keys[i, j, :].
+def relative_logits(queries, relative_keys, positions):
+    """out[b, h, i, j] = queries[b, h, i, :] . relative_keys[positions[i, j], :].
 
-    queries: [batch, heads, time_q, depth]; relative_keys: [time_q, time_k, depth]
-    -> [batch, heads, time_q, time_k]. One batched matmul over the query positions.
+    queries [batch, heads, time_q, depth], relative_keys [2k+1, depth] (the table),
+    positions [time_q, time_k] -> [batch, heads, time_q, time_k].
+    One matmul against the 2k+1 table rows, then a gather of the right row for each (i, j):
+    cheaper than materialising the [time_q, time_k, depth] gathered table.
     """
-    return tf.einsum("bhid,ijd->bhij", queries, relative_keys)
+    batch, heads, time_q = tf.shape(queries)[0], tf.shape(queries)[1], tf.shape(queries)[2]
+    time_k = tf.shape(positions)[1]
+    window = tf.shape(relative_keys)[0]
+    scores = tf.matmul(queries, relative_keys, transpose_b=True)  # [batch, heads, time_q, 2k+1]
+    scores = tf.reshape(scores, [batch * heads, time_q * window])
+    index = tf.range(time_q)[:, tf.newaxis] * window + positions  # row i's own scores
+    logits = tf.gather(scores, tf.reshape(index, [-1]), axis=1)
+    return tf.reshape(logits, [batch, heads, time_q, time_k])
 
 
-def matmul_relative_values(attention, relative_values):
-    """Relative context: out[b, h, i, :] = sum_j attention[b, h, i, j] * relative_values[i, j, :].
+def relative_context(attention, relative_values, positions):
+    """out[b, h, i, :] = sum_j attention[b, h, i, j] * relative_values[positions[i, j], :].
 
-    attention: [batch, heads, time_q, time_k]; relative_values: [time_q, time_k, depth]
-    -> [batch, heads, time_q, depth].
+    attention [batch, heads, time_q, time_k], relative_values [2k+1, depth] (the table),
+    positions [time_q, time_k] -> [batch, heads, time_q, depth]. The attention weights are first
+    summed per distance bucket ([..., 2k+1]), then multiplied by the table.
     """
-    return tf.einsum("bhij,ijd->bhid", attention, relative_values)
+    window = tf.shape(relative_values)[0]
+    buckets = tf.einsum("bhij,ijr->bhir", attention, tf.one_hot(positions, window, dtype=attention.dtype))
+    return tf.matmul(buckets, relative_values)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -137,24 +149,23 @@ class MultiHeadAttention(keras.layers.Layer):
         record("values", values)
 
         logits = tf.matmul(queries, keys, transpose_b=True)
-        relative_values = None
+        relative_values = positions = None
         if self.maximum_relative_position is not None:
             if memory is not None:
                 raise ValueError("relative position representations need self-attention")
             positions = relative_positions(
                 tf.shape(queries)[2], tf.shape(keys)[2], self.maximum_relative_position
             )
-            relative_keys = tf.gather(tf.cast(self.relative_position_keys, queries.dtype), positions)
-            relative_values = tf.gather(
-                tf.cast(self.relative_position_values, queries.dtype), positions
-            )
-            relative_logits = matmul_relative_keys(queries, relative_keys)
+            relative_keys = tf.cast(self.relative_position_keys, queries.dtype)
+            relative_values = tf.cast(self.relative_position_values, queries.dtype)
+            relative_scores = relative_logits(queries, relative_keys, positions)
             record("relative_positions", positions)
-            record("relative_keys", relative_keys)
-            record("relative_values", relative_values)
+            if trace is not None:  # the representations of each (query, key) pair, [Tq, Tk, d]
+                record("relative_keys", tf.gather(relative_keys, positions))
+                record("relative_values", tf.gather(relative_values, positions))
             record("content_logits", logits)
-            record("relative_logits", relative_logits)
-            logits += relative_logits
+            record("relative_logits", relative_scores)
+            logits += relative_scores
         record("logits", logits)
 
         # Masking and softmax run in float32 whatever the compute dtype: the mask value is the
@@ -173,7 +184,7 @@ class MultiHeadAttention(keras.layers.Layer):
 
         heads = tf.matmul(dropped_attention, values)
         if relative_values is not None:
-            heads += matmul_relative_values(dropped_attention, relative_values)
+            heads += relative_context(dropped_attention, relative_values, positions)
         record("heads", heads)
         combined = combine_heads(heads)
         record("combined_heads", combined)
