@@ -55,6 +55,8 @@ def optimizer_state(optimizer, named_trainable):
     if inner is not optimizer:
         state["loss_scale"] = optimizer.dynamic_scale
         state["loss_scale_steps"] = optimizer.step_counter
+        # the wrapper's own step counter (Keras keeps one; the inner optimizer's is the real one)
+        state["loss_scale_optimizer_iterations"] = optimizer._iterations
     # Keras keeps slots in lists aligned with the variables given to build().
     slot_lists = {
         "m": getattr(inner, "_momentums", None),

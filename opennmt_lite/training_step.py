@@ -70,10 +70,11 @@ def apply_gradients(optimizer, grads, variables, normalizer):
     still advances the step counter, as in OpenNMT-tf, so the learning-rate schedule moves on."""
     grads = [g / normalizer for g in grads]
     inner = inner_optimizer(optimizer)
-    before = inner.iterations.value
+    # (tf.identity: a snapshot; Keras' `.value` is the variable itself, read again later.)
+    before = tf.identity(inner.iterations.value)
     optimizer.apply(grads, variables)
     if inner is not optimizer:
-        skipped = tf.equal(inner.iterations.value, before)
+        skipped = tf.equal(tf.identity(inner.iterations.value), before)
         inner.iterations.assign_add(tf.cast(skipped, inner.iterations.dtype))
 
 
