@@ -1,7 +1,7 @@
 """Translation throughput (beam search), opennmt-lite vs OpenNMT-tf 2.32, side by side.
 
-    python bench/bench_translate.py [--runs 3] [--repeats 3] [--only onmt|lite]
-                                    [--beam-width 4] [--batch-size 32] [--steps 600]
+    python bench/bench_translate.py [--runs 3] [--repeats 2] [--only onmt|lite]
+                                    [--beam-width 4] [--batch-size 32] [--steps 1500]
 
 1. Prepares the shared data once (bench/prepare.py, runs/bench_cache/).
 2. The batches, defined once: OpenNMT-tf's own inference pipeline over the test source
@@ -13,10 +13,10 @@
 3. The model, trained once: a randomly initialised model emits `maximum_decoding_length` tokens
    of garbage for every sentence, which says nothing about real translation. So the benchmark
    model (bench/configs/train_benchmark.yml) is pre-trained briefly BY OPENNMT-TF ITSELF
-   (`onmt-main --auto_config --seed 1234 train`, `--steps` steps, default 600, with the
+   (`onmt-main --auto_config --seed 1234 train`, `--steps` steps, default 1 500, with the
    PRETRAIN overrides below: 2 048-token batches without accumulation, Noam schedule scaled 1.0
    with 600 warm-up steps), cached in runs/bench_cache/translate/pretrain/ (a larger --steps
-   resumes the cached training, a smaller one retrains). Both sides
+   resumes the cached training, a smaller one is refused). Both sides
    load that checkpoint (opennmt-lite through `opennmt_lite.onmt_compat.load_onmt_model`).
    `--checkpoint PATH` uses another OpenNMT-tf checkpoint instead (e.g. the untrained
    runs/bench_cache/onmt_init_ckpt, with a small `--maximum-decoding-length`).
@@ -279,7 +279,8 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
     Cached in runs/bench_cache/translate/pretrain/ (one model_dir, the last checkpoint kept).
     Asking for more steps than cached resumes OpenNMT-tf's training there (it restores the
     model and optimizer and trains up to the new max_step; the data order restarts from the
-    seed); asking for fewer, or changing the data or PRETRAIN, trains again from scratch."""
+    seed); asking for fewer is refused (delete the directory to retrain); a change of the data or
+    of PRETRAIN trains again from scratch."""
     import shutil
 
     directory = os.path.join(translate_cache_dir(paths["cache_dir"]), "pretrain")
@@ -296,7 +297,11 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
                   and os.path.exists(recorded["checkpoint"] + ".index"))
     if usable and recorded["steps"] == args.steps:
         return recorded["checkpoint"], recorded
-    resume = usable and recorded["steps"] < args.steps
+    if usable and recorded["steps"] > args.steps:
+        raise SystemExit(f"{directory} holds a model trained for {recorded['steps']} steps, more "
+                         f"than --steps {args.steps}; use --steps {recorded['steps']}, or delete "
+                         "that directory to train from scratch")
+    resume = usable
     if onmt_python is None:
         raise SystemExit(f"no checkpoint of {args.steps} steps in {directory}: it is trained by "
                          "OpenNMT-tf; run once without --only lite (or pass --checkpoint)")
@@ -365,11 +370,15 @@ def compare(a, b):
     )
 
 
-def output_stats(result, maximum_length):
+def output_stats(result, maximum_length, batch_indices=()):
+    """Length statistics of the best hypotheses; `batch_indices`: the line numbers of each batch
+    (a batch decodes until its longest hypothesis ends)."""
     lengths = result.get("lengths") or []
     if not lengths:
         return {}
     return dict(
+        batches_at_maximum_decoding_length=sum(
+            1 for index in batch_indices if max(lengths[int(i)] for i in index) >= maximum_length),
         target_tokens=sum(lengths),
         mean_length=sum(lengths) / len(lengths),
         median_length=statistics.median(lengths),
@@ -392,7 +401,7 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3, help="runs per framework (alternated)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per run")
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes per run")
     parser.add_argument("--only", choices=("onmt", "lite"), default=None)
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.0)
@@ -400,7 +409,7 @@ def main(argv=None):
     parser.add_argument("--batch-size", type=int, default=32, help="inference batch size")
     parser.add_argument("--batch-type", choices=("examples", "tokens"), default="examples")
     parser.add_argument("--length-bucket-width", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=600,
+    parser.add_argument("--steps", type=int, default=1500,
                         help="OpenNMT-tf pre-training steps of the benchmark model (cached)")
     parser.add_argument("--checkpoint", default=None,
                         help="OpenNMT-tf checkpoint to use on both sides instead of the "
@@ -444,6 +453,9 @@ def main(argv=None):
                     "--repeats", str(args.repeats), "--beam-width", str(args.beam_width),
                     "--length-penalty", str(args.length_penalty),
                     "--maximum-decoding-length", str(args.maximum_decoding_length)]
+    from onmt_translate import load_batches  # numpy-only
+
+    batch_indices = [index for _, _, index in load_batches(batches_path)]
     outputs = {}  # (side, index) -> hypotheses/log_probs/lengths, kept out of the JSON records
 
     def run_one(side, index):
@@ -469,7 +481,8 @@ def main(argv=None):
                                       ("hypotheses", "log_probs", "lengths")}
             write_hypotheses(log_prefix + ".hyp", outputs[(side, index)])
             record["hypotheses_file"] = log_prefix + ".hyp"
-            record["output"] = output_stats(outputs[(side, index)], args.maximum_decoding_length)
+            record["output"] = output_stats(outputs[(side, index)], args.maximum_decoding_length,
+                                            batch_indices)
             harness.log(f"  {side}: {result['target_tokens_per_sec']:,.0f} target tokens/s, "
                         f"{result['sentences_per_sec']:.1f} sentences/s, peak RSS "
                         f"{record['peak_rss_bytes'] / harness.GB:.2f} GB")
@@ -556,7 +569,8 @@ def main(argv=None):
         if out:
             print(f"{side} output: {out['target_tokens']:,} target tokens, mean length "
                   f"{out['mean_length']:.1f}, longest {out['max_length']}, "
-                  f"{out['at_maximum_decoding_length']} at the maximum decoding length"
+                  f"{out['at_maximum_decoding_length']} at the maximum decoding length (in "
+                  f"{out['batches_at_maximum_decoding_length']} of {len(batch_indices)} batches)"
                   + (f"; identical across its runs: {summary[side]['identical_across_runs']}"
                      if summary[side].get("identical_across_runs") else ""))
     if comparison:

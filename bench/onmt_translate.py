@@ -14,7 +14,7 @@ Three modes, all driven by bench/bench_translate.py:
     python bench/onmt_translate.py --pretrain CONFIG.yml --work-dir DIR [--seed 1234]
 
     # 3. the measurement
-    python bench/onmt_translate.py --checkpoint CKPT --batches BATCHES.npz [--repeats 3] \
+    python bench/onmt_translate.py --checkpoint CKPT --batches BATCHES.npz [--repeats 2] \
         [--beam-width 4] [--length-penalty 0] [--maximum-decoding-length 250]
 
 Measurement: `opennmt.models.Transformer(**model, position_encoder_class=None)` (the `model:`
@@ -270,7 +270,7 @@ def main(argv=None):
     # mode 3
     parser.add_argument("--checkpoint", help="checkpoint prefix or directory")
     parser.add_argument("--batches", help="npz written by --write-batches")
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes")
+    parser.add_argument("--repeats", type=int, default=2, help="timed passes")
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.0)
     parser.add_argument("--maximum-decoding-length", type=int, default=250)
