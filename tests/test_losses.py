@@ -1,0 +1,32 @@
+"""The loss and its custom gradient against OpenNMT-tf's formula written with TensorFlow ops."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from opennmt_lite.losses import cross_entropy_sequence_loss
+
+
+@pytest.mark.parametrize("smoothing, training", [(0.0, True), (0.1, True), (0.1, False)])
+def test_loss_and_gradient_match_dense_smoothed_cross_entropy(smoothing, training):
+    rng = np.random.default_rng(0)
+    vocab = 11
+    logits = tf.constant(rng.normal(size=(3, 5, vocab)).astype(np.float32) * 3)
+    labels = tf.constant(rng.integers(0, vocab, size=(3, 5)).astype(np.int32))
+    lengths = tf.constant([5, 3, 1])
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        loss, tokens = cross_entropy_sequence_loss(logits, labels, lengths, smoothing, training)
+    grad = tape.gradient(loss, logits)
+    eps = smoothing if training else 0.0
+    with tf.GradientTape() as tape:
+        tape.watch(logits)
+        # OpenNMT-tf: one-hot target 1 - eps, every other class eps / (V - 1), real tokens only
+        target = tf.one_hot(labels, vocab, on_value=1 - eps, off_value=eps / (vocab - 1))
+        mask = tf.sequence_mask(lengths, 5, tf.float32)
+        reference = tf.reduce_sum(tf.nn.softmax_cross_entropy_with_logits(target, logits) * mask)
+    reference_grad = tape.gradient(reference, logits)
+    assert float(tokens) == 9.0
+    assert abs(float(loss) - float(reference)) <= 1e-5 * float(reference)
+    np.testing.assert_allclose(grad.numpy(), reference_grad.numpy(), atol=1e-6)
+    assert np.all(grad.numpy()[1, 3:] == 0) and np.all(grad.numpy()[2, 1:] == 0)  # padding
