@@ -1,16 +1,16 @@
 """Training throughput and memory, opennmt-lite vs OpenNMT-tf 2.32, side by side.
 
     python bench/bench_train.py [--runs 3] [--steps 60] [--only onmt|lite]
-                                [--dtype float32|mixed_bfloat16] [--lite-extra "key=value ..."]
+                                [--dtype float32 [mixed_bfloat16]] [--lite-extra "key=value ..."]
 
 1. Prepares the data once (bench/prepare.py, cached in runs/bench_cache/).
 2. Renders both configs from bench/configs/train_benchmark.yml (same data files, vocabularies,
-   model and hyper-parameters; the lite config adds `train.mixed_precision` from --dtype and the
-   --lite-extra overrides). They are saved in runs/bench_results/<name>-<timestamp>/configs/.
+   model and hyper-parameters; each lite config adds `train.mixed_precision` from one --dtype and
+   the --lite-extra overrides). They are saved in runs/bench_results/<name>-<timestamp>/configs/.
 3. Ensures the OpenNMT-tf venv (bench/onmt_env.py; ONMT_PYTHON=... reuses an interpreter).
 4. Measures the matmul peak of the machine in TensorFlow 2.21 (for MFU; --no-mfu skips it).
-5. Alternates runs: opennmt-lite, OpenNMT-tf, opennmt-lite, OpenNMT-tf, ... each in a fresh
-   process with a fresh model_dir, its peak memory measured by the harness.
+5. Alternates runs: opennmt-lite (one per --dtype), OpenNMT-tf, opennmt-lite, OpenNMT-tf, ...
+   each in a fresh process with a fresh model_dir, its peak memory measured by the harness.
 6. Prints the table (median tokens/s, steps/s, peak RSS, MFU, ratios lite / OpenNMT-tf) and writes
    every number to runs/bench_results/<name>-<timestamp>.json (logs in the folder of that name).
 
@@ -56,24 +56,32 @@ def dump_yaml(value, path):
         yaml.safe_dump(value, stream, sort_keys=False, allow_unicode=True)
 
 
-def render_configs(benchmark, cache_dir, steps, summary_steps, dtype, lite_extra):
-    """(common, onmt, lite) config dicts; `model_dir` is filled in per run.
+def lite_side(dtype):
+    """The side name of opennmt-lite running in `dtype`, e.g. "opennmt-lite (float32)"."""
+    return f"{LITE} ({dtype})"
 
-    Both start from the same `common` (model, data with absolute cache paths, params, train).
-    OpenNMT-tf: common as is (run with --auto_config, fp32). opennmt-lite: common plus
-    train.mixed_precision (False for float32, "bfloat16" for mixed_bfloat16) and the --lite-extra
-    overrides.
+
+def render_configs(benchmark, cache_dir, steps, summary_steps, dtypes, lite_extra):
+    """(common, onmt, {lite side: lite config}) config dicts; `model_dir` is filled in per run.
+
+    All start from the same `common` (model, data with absolute cache paths, params, train).
+    OpenNMT-tf: common as is (run with --auto_config, fp32). opennmt-lite, one per dtype: common
+    plus train.mixed_precision (False for float32, "bfloat16" for mixed_bfloat16) and the
+    --lite-extra overrides.
     """
     common = copy.deepcopy(benchmark)
     common["data"] = {key: os.path.join(cache_dir, value) for key, value in common["data"].items()}
     common["train"]["max_step"] = int(steps)
     common["train"]["save_summary_steps"] = int(summary_steps)
     onmt = dict(model_dir=None, **copy.deepcopy(common))
-    lite = dict(model_dir=None, **copy.deepcopy(common))
-    lite["train"]["mixed_precision"] = DTYPE_TO_MIXED_PRECISION[dtype]
-    for key, value in harness.parse_overrides(lite_extra):
-        harness.set_dotted(lite, key, value)
-    return common, onmt, lite
+    lites = {}
+    for dtype in dtypes:
+        lite = dict(model_dir=None, **copy.deepcopy(common))
+        lite["train"]["mixed_precision"] = DTYPE_TO_MIXED_PRECISION[dtype]
+        for key, value in harness.parse_overrides(lite_extra):
+            harness.set_dotted(lite, key, value)
+        lites[lite_side(dtype)] = lite
+    return common, onmt, lites
 
 
 def read_lite_metrics(model_dir, drop_first):
@@ -136,8 +144,10 @@ def main(argv=None):
                         help="steps per report (default: the benchmark's, 5)")
     parser.add_argument("--drop-first", type=int, default=1, help="reports dropped per run")
     parser.add_argument("--only", choices=("onmt", "lite"), default=None)
-    parser.add_argument("--dtype", choices=sorted(DTYPE_TO_MIXED_PRECISION), default="float32",
-                        help="opennmt-lite compute dtype (OpenNMT-tf always runs float32)")
+    parser.add_argument("--dtype", choices=sorted(DTYPE_TO_MIXED_PRECISION), nargs="+",
+                        default=["float32"],
+                        help="opennmt-lite compute dtype(s), each a side of its own, e.g. "
+                             "--dtype float32 mixed_bfloat16 (OpenNMT-tf always runs float32)")
     parser.add_argument("--lite-extra", default="",
                         help='opennmt-lite config overrides, e.g. "train.jit_compile=true"')
     parser.add_argument("--benchmark", default=DEFAULT_BENCHMARK)
@@ -157,7 +167,8 @@ def main(argv=None):
     benchmark = load_yaml(args.benchmark)
     summary_steps = args.summary_steps or benchmark["train"].get("save_summary_steps", 5)
     args.summary_steps = summary_steps
-    common, onmt_config, lite_config = render_configs(
+    args.dtype = list(dict.fromkeys(args.dtype))  # each dtype once, in the given order
+    common, onmt_config, lite_configs = render_configs(
         benchmark, paths["cache_dir"], args.steps, summary_steps, args.dtype, args.lite_extra
     )
     if args.steps // summary_steps <= args.drop_first:
@@ -169,20 +180,22 @@ def main(argv=None):
     os.makedirs(config_dir, exist_ok=True)
     dump_yaml(common, os.path.join(config_dir, "common.yml"))
     dump_yaml(onmt_config, os.path.join(config_dir, "onmt.yml"))
-    dump_yaml(lite_config, os.path.join(config_dir, "lite.yml"))
+    for dtype, lite_config in zip(args.dtype, lite_configs.values()):
+        dump_yaml(lite_config, os.path.join(config_dir, f"lite-{dtype}.yml"))
 
-    sides = [LITE, ONMT] if args.only is None else [LITE if args.only == "lite" else ONMT]
+    lite_sides = list(lite_configs)
+    sides = {None: lite_sides + [ONMT], "lite": lite_sides, "onmt": [ONMT]}[args.only]
     skipped = {}
     onmt_python = None
     if ONMT in sides:
         onmt_python = onmt_env.ensure_onmt_python()
-    if LITE in sides:
-        reason = lite_unavailable_reason()
-        if reason:
-            skipped[LITE] = reason
-            harness.log(f"opennmt-lite side SKIPPED: {reason} (the trainer `python run.py train "
-                        "--config <yaml>` writing <model_dir>/metrics.jsonl is not available)")
-            sides.remove(LITE)
+    reason = lite_unavailable_reason()
+    if reason and set(lite_sides) & set(sides):
+        for side in lite_sides:
+            skipped[side] = reason
+        harness.log(f"opennmt-lite sides SKIPPED: {reason} (the trainer `python run.py train "
+                    "--config <yaml>` writing <model_dir>/metrics.jsonl is not available)")
+        sides = [side for side in sides if side not in lite_sides]
     if not sides:
         harness.log("nothing to run")
         return 1
@@ -200,29 +213,34 @@ def main(argv=None):
     if not args.no_mfu:
         harness.log("measuring the matmul peak (TensorFlow %s)" % "2.21")
         peak = harness.measure_peak_flops(("float32", "bfloat16"))
-    lite_mp = lite_config["train"].get("mixed_precision")
-    peak_dtype = {ONMT: "float32", LITE: "bfloat16" if lite_mp == "bfloat16" else "float32"}
+    # MFU of each side against the peak of the dtype its matmuls run in.
+    peak_dtype = {ONMT: "float32"}
+    for side, config in lite_configs.items():
+        bf16 = config["train"].get("mixed_precision") == "bfloat16"
+        peak_dtype[side] = "bfloat16" if bf16 else "float32"
+    file_label = {ONMT: ONMT, **{lite_side(d): f"{LITE}-{d}" for d in args.dtype}}
 
-    lite_failed = []
+    lite_failed = set()
 
     def run_one(side, index):
-        model_dir = os.path.join(run_dir, "model_dirs", f"{side}-{index}")
-        log_prefix = os.path.join(run_dir, f"run{index}-{side}")
-        if side == LITE and lite_failed:
-            return dict(skipped="an earlier opennmt-lite run failed", result=None)
-        config = copy.deepcopy(onmt_config if side == ONMT else lite_config)
+        label = file_label[side]
+        model_dir = os.path.join(run_dir, "model_dirs", f"{label}-{index}")
+        log_prefix = os.path.join(run_dir, f"run{index}-{label}")
+        if side in lite_failed:
+            return dict(skipped="an earlier run of this side failed", result=None)
+        config = copy.deepcopy(onmt_config if side == ONMT else lite_configs[side])
         config["model_dir"] = model_dir
-        config_path = os.path.join(config_dir, f"{side}-run{index}.yml")
+        config_path = os.path.join(config_dir, f"{label}-run{index}.yml")
         dump_yaml(config, config_path)
         if side == ONMT:
             cmd = [onmt_python, os.path.join(BENCH_DIR, "onmt_train.py"), "--config", config_path,
                    "--drop-first", str(args.drop_first),
-                   "--work-dir", os.path.join(run_dir, "model_dirs", f"{side}-{index}-work")]
+                   "--work-dir", model_dir + "-work"]
         else:
             cmd = [sys.executable, LITE_ENTRY, "train", "--config", config_path]
         harness.log(f"run {index + 1}/{args.runs} {side}: {' '.join(cmd)}")
         record = harness.run_measured(cmd, log_prefix, timeout=args.timeout)
-        if side == LITE:
+        if side != ONMT:
             record["result"] = read_lite_metrics(model_dir, args.drop_first)
         result = record["result"] or {}
         if record["returncode"] != 0 or result.get("error") or result.get("tokens_per_sec") is None:
@@ -230,8 +248,8 @@ def main(argv=None):
             record["error"] = why
             harness.log(f"  {side} run FAILED ({why}); stderr tail:\n"
                         + harness.tail(record["stderr"], 15))
-            if side == LITE:
-                lite_failed.append(index)
+            if side != ONMT:
+                lite_failed.add(side)
         else:
             tokens = result["tokens_per_sec"]
             record["mfu"] = (tokens * flops_per_token / peak[peak_dtype[side]]
@@ -246,8 +264,10 @@ def main(argv=None):
 
     runs = harness.alternate(args.runs, sides, run_one)
     summary = summarize(runs, sides)
-    if LITE in summary and ONMT in summary:
-        summary["ratios_lite_over_onmt"] = ratios(runs, summary)
+    if ONMT in summary:
+        for side in lite_sides:
+            if side in summary:
+                summary.setdefault("ratios_over_onmt", {})[side] = ratios(runs, summary, side)
 
     print()
     print(render_table(summary, sides, peak, peak_dtype, flops_per_token, args, skipped))
@@ -258,7 +278,7 @@ def main(argv=None):
         machine=harness.machine_info(),
         load_warning=warning,
         onmt_versions=onmt_env.onmt_versions(onmt_python) if onmt_python else None,
-        configs=dict(common=common, onmt=onmt_config, lite=lite_config),
+        configs=dict(common=common, onmt=onmt_config, lite=lite_configs),
         peak_matmul_flops=peak,
         training_flops_per_token=flops_per_token,
         data_stats=stats,
@@ -290,10 +310,11 @@ def summarize(runs, sides):
     return summary
 
 
-def ratios(runs, summary):
-    lite, onmt = summary[LITE], summary[ONMT]
+def ratios(runs, summary, side):
+    """`side` / OpenNMT-tf: of the medians, and the median of the per-round ratios."""
+    lite, onmt = summary[side], summary[ONMT]
     paired = []
-    for a, b in zip(runs[LITE], runs[ONMT]):
+    for a, b in zip(runs[side], runs[ONMT]):
         ta = (a.get("result") or {}).get("tokens_per_sec") if not a.get("error") else None
         tb = (b.get("result") or {}).get("tokens_per_sec") if not b.get("error") else None
         paired.append(harness.ratio(ta, tb))
@@ -310,9 +331,8 @@ def render_table(summary, sides, peak, peak_dtype, flops_per_token, args, skippe
     rows = []
     for side in sides:
         s = summary[side]
-        label = side if side == ONMT else f"{side} ({args.dtype})"
         rows.append([
-            label, f"{s['ok']}/{s['runs']}", harness.fmt(s["tokens_per_sec"]),
+            side, f"{s['ok']}/{s['runs']}", harness.fmt(s["tokens_per_sec"]),
             harness.fmt(s["steps_per_sec"], ".3f"),
             harness.fmt(None if s["peak_rss_bytes"] is None else s["peak_rss_bytes"] / harness.GB,
                         ".2f"),
@@ -320,10 +340,9 @@ def render_table(summary, sides, peak, peak_dtype, flops_per_token, args, skippe
                 "%" if s["mfu"] is not None else ""),
             " ".join(harness.fmt(v) for v in s["tokens_per_sec_per_run"]),
         ])
-    r = summary.get("ratios_lite_over_onmt")
-    if r:
+    for side, r in summary.get("ratios_over_onmt", {}).items():
         rows.append([
-            "ratio lite / onmt", "", harness.fmt(r["tokens_per_sec"], ".3f"),
+            f"ratio {side} / {ONMT}", "", harness.fmt(r["tokens_per_sec"], ".3f"),
             harness.fmt(r["steps_per_sec"], ".3f"), harness.fmt(r["peak_rss"], ".3f"), "",
             "paired median " + harness.fmt(r["tokens_per_sec_paired_median"], ".3f"),
         ])

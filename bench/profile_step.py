@@ -1,0 +1,190 @@
+"""Where the time of one training step goes: TensorFlow's profiler, op time by category.
+
+    python bench/profile_step.py [--dtype float32|mixed_bfloat16] [--steps 4] [--warmup 2]
+                                 [--code-root PATH] [--top 25]
+
+Builds the trainer of the training benchmark (bench/configs/train_benchmark.yml on the cached
+benchmark data, bench/prepare.py), runs `--warmup` optimizer steps (tracing), then records
+`--steps` steps with `tf.profiler` (data read from the pipeline inside the recorded window, as
+in training) and sums the duration of every TensorFlow op executed, by category:
+
+  matmul          MatMul, BatchMatMul, fused matmuls, Einsum (all projections, attention scores
+                  and contexts, the output layer, and their gradients)
+  attention       the other ops under an attention layer's name scope (relative-position gather,
+                  masking, head split/merge transposes, ...), softmax excluded
+  softmax/norm    Softmax and its gradient, the layer norms, the loss (softmax cross-entropy)
+  dropout         random number generation and the dropout masks
+  optimizer       the update: accumulator reads/writes, gradient scaling, Adam
+  input           tf.data (reading, tokenizing, batching) running in the recorded window
+  cast            dtype casts (mixed precision)
+  other           everything else (embeddings, residual adds, ReLU, reshapes, ...)
+
+Op time is summed over TensorFlow's threads (both cores), so it is CPU time, not wall time; the
+wall time of the recorded steps is printed beside it. `--code-root` profiles another checkout of
+opennmt-lite (e.g. a `git worktree` of an earlier commit) with the same script, for before/after.
+"""
+
+import argparse
+import collections
+import glob
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+
+import harness  # noqa: E402
+import prepare  # noqa: E402
+from bench_train import DTYPE_TO_MIXED_PRECISION, load_yaml  # noqa: E402
+
+CATEGORIES = ("matmul", "attention", "softmax/norm", "dropout", "optimizer", "input", "cast",
+              "other")
+MATMUL_TYPES = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_FusedMatMul",
+                "Einsum", "_MklMatMul", "_MklBatchMatMulV2", "_MklFusedMatMul"}
+SOFTMAX_TYPES = {"Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
+                 "SparseSoftmaxCrossEntropyWithLogits"}
+RANDOM_TYPES = {"RandomUniform", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
+                "StatelessRandomUniformFullIntV2", "RandomUniformInt", "StatelessRandomGetAlg",
+                "RngReadAndSkip", "RngSkip"}
+OPTIMIZER_TYPES = {"ResourceApplyAdam", "ResourceSparseApplyAdam", "AssignAddVariableOp",
+                   "AssignVariableOp", "AssignSubVariableOp", "ReadVariableOp"}
+NESTING_EVENTS = {"ParallelFor", "Process", "ExecutorState::Process"}
+
+
+def categorize(scope, op_type, thread):
+    """The category of one executed op, from its type, name scope and thread."""
+    lowered = scope.lower().replace("loss_scale", "")
+    if thread.startswith("tf_data") or "iterator" in lowered or op_type.startswith("Iterator"):
+        return "input"
+    if op_type in MATMUL_TYPES:
+        return "matmul"
+    if op_type == "Cast":
+        return "cast"
+    if op_type in RANDOM_TYPES or "dropout" in lowered:
+        return "dropout"
+    if op_type in SOFTMAX_TYPES or "softmax" in lowered or "layer_norm" in lowered \
+            or "layernorm" in lowered or "loss" in lowered or "cross_entropy" in lowered:
+        return "softmax/norm"
+    if "attention" in lowered:
+        return "attention"
+    if (op_type in OPTIMIZER_TYPES or "optimizer" in lowered or "adam" in lowered
+            or "apply" in lowered or "accumulat" in lowered):
+        return "optimizer"
+    return "other"
+
+
+def benchmark_config(cache_dir, model_dir, dtype):
+    """The user config of the training benchmark (as bench_train.py renders it for lite)."""
+    benchmark = load_yaml(os.path.join(BENCH_DIR, "configs", "train_benchmark.yml"))
+    config = dict(benchmark, model_dir=model_dir)
+    config["data"] = {key: os.path.join(cache_dir, value)
+                      for key, value in benchmark["data"].items()}
+    config["train"] = dict(benchmark["train"], max_step=10**6,
+                           mixed_precision=DTYPE_TO_MIXED_PRECISION[dtype])
+    return config
+
+
+def read_trace(logdir):
+    """[(scope, op type, thread name, seconds)] of every TensorFlow op in the profile."""
+    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
+    paths = glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)
+    if not paths:
+        raise RuntimeError(f"the profiler wrote no trace under {logdir}")
+    space = xplane_pb2.XSpace()
+    with open(paths[0], "rb") as stream:
+        space.ParseFromString(stream.read())
+    events = []
+    for plane in space.planes:
+        if not plane.name.startswith("/host:CPU"):
+            continue
+        names = {key: value.name for key, value in plane.event_metadata.items()}
+        for line in plane.lines:
+            # TensorFlow executes ops on its inter-op pool ("tf_Compute"/"tf_inter_op...") and
+            # tf.data on "tf_data_..." threads; the Python thread only launches functions.
+            if not re.match(r"tf_(Compute|inter|data)|TfCompute", line.name):
+                continue
+            for event in line.events:
+                name = names.get(event.metadata_id, "?")
+                # Executor and thread-pool events enclose the ops' own events: not counted.
+                if name.startswith("ExecutorState") or name in NESTING_EVENTS:
+                    continue
+                scope, _, op_type = name.rpartition(":")
+                events.append((scope, op_type or name, line.name, event.duration_ps / 1e12))
+    return events
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--dtype", choices=sorted(DTYPE_TO_MIXED_PRECISION), default="float32")
+    parser.add_argument("--steps", type=int, default=4, help="recorded optimizer steps")
+    parser.add_argument("--warmup", type=int, default=2, help="unrecorded steps first")
+    parser.add_argument("--code-root", default=harness.ROOT,
+                        help="the opennmt-lite checkout to profile (default: this one)")
+    parser.add_argument("--cache-dir", default=prepare.DEFAULT_CACHE_DIR)
+    parser.add_argument("--top", type=int, default=25, help="op types listed")
+    parser.add_argument("--show-scopes", type=int, default=0, metavar="N",
+                        help="also list the N most expensive (name scope, op type) pairs, to "
+                             "check the categories")
+    args = parser.parse_args(argv)
+
+    paths = prepare.prepare(args.cache_dir)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    sys.path.insert(0, os.path.abspath(args.code_root))
+    import tensorflow as tf
+    from opennmt_lite.config import build_config
+    from opennmt_lite.training import Trainer, replica_groups_dataset
+
+    work = tempfile.mkdtemp(prefix="profile_step_")
+    try:
+        config = build_config(benchmark_config(paths["cache_dir"], os.path.join(work, "model"),
+                                               args.dtype))
+        trainer = Trainer(config)
+        groups = iter(replica_groups_dataset(trainer.training_inputs, 0))
+        for _ in range(args.warmup):
+            trainer.train_step(next(groups))
+        logdir = os.path.join(work, "trace")
+        tf.profiler.experimental.start(logdir)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            result = trainer.train_step(next(groups))
+        float(result["loss"])  # waits for the last step
+        wall = time.perf_counter() - start
+        tf.profiler.experimental.stop()
+        events = read_trace(logdir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    by_category = collections.Counter()
+    by_type = collections.Counter()
+    by_scope = collections.Counter()
+    for scope, op_type, thread, seconds in events:
+        category = categorize(scope, op_type, thread)
+        by_category[category] += seconds
+        by_type[(op_type, category)] += seconds
+        by_scope[(scope, op_type, category)] += seconds
+    total = sum(by_category.values())
+    print(f"{os.path.abspath(args.code_root)} ({args.dtype}): {args.steps} steps recorded, "
+          f"wall {wall / args.steps:.2f} s/step, op time {total / args.steps:.2f} s/step "
+          "(summed over threads)")
+    rows = [[c, f"{by_category[c] / args.steps:.3f}", f"{100 * by_category[c] / total:.1f}%"]
+            for c in CATEGORIES]
+    print(harness.format_table(["category", "s/step", "share"], rows))
+    print(f"\ntop {args.top} op types")
+    rows = [[op_type, category, f"{seconds / args.steps:.3f}", f"{100 * seconds / total:.1f}%"]
+            for (op_type, category), seconds in by_type.most_common(args.top)]
+    print(harness.format_table(["op type", "category", "s/step", "share"], rows))
+    if args.show_scopes:
+        print(f"\ntop {args.show_scopes} (name scope, op type)")
+        rows = [[scope[-90:], op_type, category, f"{seconds / args.steps:.3f}"]
+                for (scope, op_type, category), seconds in by_scope.most_common(args.show_scopes)]
+        print(harness.format_table(["scope", "op type", "category", "s/step"], rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
