@@ -4,7 +4,7 @@ import keras
 import tensorflow as tf
 
 from opennmt_lite.layers.common import PACKAGE, Dense, LayerNorm, apply_dropout, make_seed_generator
-from opennmt_lite.layers.position import SinusoidalPositionEncoder
+from opennmt_lite.layers.position import SinusoidalPositionEncoder, resolve_position_encoding
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
 from opennmt_lite.trace import scoped
 
@@ -50,14 +50,9 @@ class SelfAttentionDecoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        if position_encoding == "auto":
-            position_encoding = None if maximum_relative_position else "sinusoidal"
-        if position_encoding not in (None, "sinusoidal"):
-            raise ValueError(f"position_encoding must be 'sinusoidal' or None, got {position_encoding!r}")
-        if num_units % num_heads != 0:
-            raise ValueError(
-                f"num_units ({num_units}) must be divisible by num_heads ({num_heads})"
-            )
+        position_encoding = resolve_position_encoding(
+            position_encoding, maximum_relative_position, num_units, num_heads
+        )
         self.num_layers = num_layers
         self.vocabulary_size = vocabulary_size
         self.num_units = num_units

@@ -8,6 +8,19 @@ import tensorflow as tf
 from opennmt_lite.layers.common import PACKAGE
 
 
+def resolve_position_encoding(position_encoding, maximum_relative_position, num_units, num_heads):
+    """The position encoding of a layer stack: "auto" means none with relative positions
+    (OpenNMT-tf's TransformerRelative) and sinusoidal without. Also checks that the heads divide
+    `num_units`. Returns "sinusoidal" or None."""
+    if position_encoding == "auto":
+        position_encoding = None if maximum_relative_position else "sinusoidal"
+    if position_encoding not in (None, "sinusoidal"):
+        raise ValueError(f"position_encoding must be 'sinusoidal' or None, got {position_encoding!r}")
+    if num_units % num_heads != 0:
+        raise ValueError(f"num_units ({num_units}) must be divisible by num_heads ({num_heads})")
+    return position_encoding
+
+
 def sinusoidal_encoding(positions, depth):
     """Encodings of `positions` [time] (float32), `[time, depth]`.
 
