@@ -2,6 +2,7 @@
 
     python bench/bench_mixed_quality.py [--config configs/sample.yml] [--steps N]
                                         [--dtype float32 mixed_bfloat16] [--set "key=value ..."]
+                                        [--reuse float32=runs/sample]
 
 Trains the same config (same seed, so the same batches in the same order) once per dtype, each in
 a fresh process and a fresh model_dir, with the config's own evaluation (`eval.steps`, validation
@@ -13,7 +14,10 @@ The sample config is the default rather than the 60-step throughput benchmark: w
 warm-up steps the throughput benchmark's model barely moves in 60 steps, so its loss says
 nothing about precision. The SentencePiece models and vocabularies are built once, by the first
 run, into the results folder, and shared by the others. Wall time and peak memory of each run
-are recorded too (but the throughput comparison is bench_train.py's job).
+are recorded too (but the throughput comparison is bench_train.py's job). `--reuse
+DTYPE=MODEL_DIR` takes that dtype's evaluation history from a finished run of the same config
+(e.g. the float32 `runs/sample` of `python run.py train --config configs/sample.yml`) instead of
+training it again; the run's own config.yml copy is not checked, so it must be the same config.
 Results: runs/bench_results/<name>-<timestamp>.json (logs and model_dirs in the folder).
 """
 
@@ -80,8 +84,17 @@ def main(argv=None):
                         "the config's)")
     parser.add_argument("--set", default="", help='config overrides "key=value ...", all runs')
     parser.add_argument("--name", default="mixed-quality")
+    parser.add_argument("--reuse", action="append", default=[], metavar="DTYPE=MODEL_DIR",
+                        help="take DTYPE's evaluation history from this finished run")
     args = parser.parse_args(argv)
     dtypes = list(dict.fromkeys([REFERENCE] + args.dtype))
+    reused = {}
+    for item in args.reuse:
+        dtype, _, model_dir = item.partition("=")
+        if dtype not in DTYPE_TO_MIXED_PRECISION or not model_dir:
+            parser.error(f"--reuse {item!r}: expected DTYPE=MODEL_DIR with DTYPE in "
+                         f"{sorted(DTYPE_TO_MIXED_PRECISION)}")
+        reused[dtype] = model_dir
 
     base = load_yaml(args.config)
     for key, value in harness.parse_overrides(args.set):
@@ -101,6 +114,11 @@ def main(argv=None):
 
     runs, histories = {}, {}
     for dtype in dtypes:
+        if dtype in reused:
+            histories[dtype] = read_history(reused[dtype])
+            runs[dtype] = dict(reused=reused[dtype])
+            harness.log(f"{dtype}: evaluation history of {reused[dtype]} (not retrained)")
+            continue
         model_dir = os.path.join(run_dir, dtype)
         config = copy.deepcopy(base)
         config["data"] = relocate(config["data"], base["model_dir"], shared)
