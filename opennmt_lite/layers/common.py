@@ -77,22 +77,25 @@ class Dense(keras.layers.Layer):
 
     def call(self, inputs):
         kernel = tf.cast(self.kernel, inputs.dtype)
+        bias = tf.cast(self.bias, inputs.dtype) if self.bias is not None else None
         units = self.units
         pad = (-units) % 8 if inputs.dtype == tf.float16 else 0
         if pad:
             kernel = tf.pad(kernel, [[0, pad], [0, 0]] if self.transpose else [[0, 0], [0, pad]])
-        # tensordot keeps the leading dimensions and runs one matmul on [batch*time, in].
-        if self.transpose:
-            outputs = tf.tensordot(inputs, tf.transpose(kernel), axes=1)
-        else:
-            outputs = tf.tensordot(inputs, kernel, axes=1)
-        if pad:
-            outputs = outputs[..., :units]
-        if self.bias is not None:
-            outputs = tf.nn.bias_add(outputs, tf.cast(self.bias, outputs.dtype))
+            bias = tf.pad(bias, [[0, pad]]) if bias is not None else None
+        # One 2-D matmul on [batch * time, in], then bias and activation on the 2-D result: in
+        # this form TensorFlow's graph optimizer fuses MatMul + BiasAdd (+ ReLU) into a single
+        # oneDNN kernel, which a 3-D tensordot followed by a BiasAdd prevents.
+        leading = tf.shape(inputs)[:-1]
+        outputs = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        outputs = tf.matmul(outputs, kernel, transpose_b=self.transpose)
+        if bias is not None:
+            outputs = tf.nn.bias_add(outputs, bias)
         if self.activation is not None:
             outputs = self.activation(outputs)
-        return outputs
+        if pad:
+            outputs = outputs[:, :units]
+        return tf.reshape(outputs, tf.concat([leading, [units]], axis=0))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)
