@@ -8,8 +8,8 @@ benchmark data, bench/prepare.py), runs `--warmup` optimizer steps (tracing), th
 `--steps` steps with `tf.profiler` (data read from the pipeline inside the recorded window, as
 in training) and sums the duration of every TensorFlow op executed, by category:
 
-  matmul          MatMul, BatchMatMul, fused matmuls, Einsum (all projections, attention scores
-                  and contexts, the output layer, and their gradients)
+  matmul          MatMul, BatchMatMul, fused matmuls (with their bias and ReLU), Einsum (all
+                  projections, attention scores and contexts, the output layer, their gradients)
   attention       the other ops under an attention layer's name scope (relative-position gather,
                   masking, head split/merge transposes, ...), softmax excluded
   softmax/norm    Softmax and its gradient, the layer norms, the loss (softmax cross-entropy)
@@ -44,7 +44,8 @@ from bench_train import DTYPE_TO_MIXED_PRECISION, load_yaml  # noqa: E402
 CATEGORIES = ("matmul", "attention", "softmax/norm", "dropout", "optimizer", "input", "cast",
               "other")
 MATMUL_TYPES = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_FusedMatMul",
-                "Einsum", "_MklMatMul", "_MklBatchMatMulV2", "_MklFusedMatMul"}
+                "Einsum", "_MklMatMul", "_MklBatchMatMulV2", "_MklFusedMatMul",
+                "_MklNativeFusedMatMul", "_MklEinsum"}
 SOFTMAX_TYPES = {"Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
                  "SparseSoftmaxCrossEntropyWithLogits"}
 RANDOM_TYPES = {"RandomUniform", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
