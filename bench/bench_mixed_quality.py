@@ -31,7 +31,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
 import harness  # noqa: E402
-from bench_train import DTYPE_TO_MIXED_PRECISION, dump_yaml, load_yaml  # noqa: E402
+from bench_train import DTYPE_TO_MIXED_PRECISION  # noqa: E402
 
 ROOT = harness.ROOT
 REFERENCE = "float32"
@@ -96,7 +96,7 @@ def main(argv=None):
                          f"{sorted(DTYPE_TO_MIXED_PRECISION)}")
         reused[dtype] = model_dir
 
-    base = load_yaml(args.config)
+    base = harness.load_yaml(args.config)
     for key, value in harness.parse_overrides(args.set):
         harness.set_dotted(base, key, value)
     if args.steps:
@@ -125,7 +125,7 @@ def main(argv=None):
         config["model_dir"] = model_dir
         config["train"]["mixed_precision"] = DTYPE_TO_MIXED_PRECISION[dtype]
         config_path = os.path.join(run_dir, f"{dtype}.yml")
-        dump_yaml(config, config_path)
+        harness.dump_yaml(config, config_path)
         cmd = [sys.executable, os.path.join(ROOT, "run.py"), "train", "--config", config_path]
         harness.log(f"{dtype}: {' '.join(cmd)}")
         record = harness.run_measured(cmd, os.path.join(run_dir, dtype))

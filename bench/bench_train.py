@@ -42,20 +42,6 @@ LITE_ENTRY = os.path.join(ROOT, "run.py")
 DTYPE_TO_MIXED_PRECISION = {"float32": False, "mixed_bfloat16": "bfloat16"}
 
 
-def load_yaml(path):
-    import yaml
-
-    with open(path, encoding="utf-8") as stream:
-        return yaml.safe_load(stream)
-
-
-def dump_yaml(value, path):
-    import yaml
-
-    with open(path, "w", encoding="utf-8") as stream:
-        yaml.safe_dump(value, stream, sort_keys=False, allow_unicode=True)
-
-
 def lite_side(dtype):
     """The side name of opennmt-lite running in `dtype`, e.g. "opennmt-lite (float32)"."""
     return f"{LITE} ({dtype})"
@@ -164,7 +150,7 @@ def main(argv=None):
         harness.log("WARNING: " + warning)
     paths = prepare.prepare(args.cache_dir)
     stats = prepare.read_stats(args.cache_dir)
-    benchmark = load_yaml(args.benchmark)
+    benchmark = harness.load_yaml(args.benchmark)
     summary_steps = args.summary_steps or benchmark["train"].get("save_summary_steps", 5)
     args.summary_steps = summary_steps
     args.dtype = list(dict.fromkeys(args.dtype))  # each dtype once, in the given order
@@ -178,10 +164,10 @@ def main(argv=None):
     run_dir = harness.run_directory(args.name, stamp)
     config_dir = os.path.join(run_dir, "configs")
     os.makedirs(config_dir, exist_ok=True)
-    dump_yaml(common, os.path.join(config_dir, "common.yml"))
-    dump_yaml(onmt_config, os.path.join(config_dir, "onmt.yml"))
+    harness.dump_yaml(common, os.path.join(config_dir, "common.yml"))
+    harness.dump_yaml(onmt_config, os.path.join(config_dir, "onmt.yml"))
     for dtype, lite_config in zip(args.dtype, lite_configs.values()):
-        dump_yaml(lite_config, os.path.join(config_dir, f"lite-{dtype}.yml"))
+        harness.dump_yaml(lite_config, os.path.join(config_dir, f"lite-{dtype}.yml"))
 
     lite_sides = list(lite_configs)
     sides = {None: lite_sides + [ONMT], "lite": lite_sides, "onmt": [ONMT]}[args.only]
@@ -231,7 +217,7 @@ def main(argv=None):
         config = copy.deepcopy(onmt_config if side == ONMT else lite_configs[side])
         config["model_dir"] = model_dir
         config_path = os.path.join(config_dir, f"{label}-run{index}.yml")
-        dump_yaml(config, config_path)
+        harness.dump_yaml(config, config_path)
         if side == ONMT:
             cmd = [onmt_python, os.path.join(BENCH_DIR, "onmt_train.py"), "--config", config_path,
                    "--drop-first", str(args.drop_first),

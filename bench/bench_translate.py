@@ -78,20 +78,6 @@ PRETRAIN = dict(
 )
 
 
-def load_yaml(path):
-    import yaml
-
-    with open(path, encoding="utf-8") as stream:
-        return yaml.safe_load(stream)
-
-
-def dump_yaml(value, path):
-    import yaml
-
-    with open(path, "w", encoding="utf-8") as stream:
-        yaml.safe_dump(value, stream, sort_keys=False, allow_unicode=True)
-
-
 def read_json(path):
     try:
         with open(path, encoding="utf-8") as stream:
@@ -140,7 +126,7 @@ def lite_worker(args):
         return SKIPPED_EXIT
     from onmt_translate import load_batches  # numpy-only
 
-    benchmark = load_yaml(args.benchmark)
+    benchmark = harness.load_yaml(args.benchmark)
     stats = prepare.read_stats(args.cache_dir)
     model = Transformer(
         stats["sentencepiece"]["en"]["vocabulary_size_with_oov"],
@@ -285,7 +271,7 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
 
     directory = os.path.join(translate_cache_dir(paths["cache_dir"]), "pretrain")
     done = os.path.join(directory, "done.json")
-    benchmark = load_yaml(args.benchmark)
+    benchmark = harness.load_yaml(args.benchmark)
     model_dir = os.path.join(directory, "model_dir")
     config = pretrain_config(benchmark, paths["cache_dir"], args.steps, model_dir)
     base = copy.deepcopy(config)
@@ -310,7 +296,7 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
         recorded = dict(wanted=wanted, steps=0, segments=[])
     os.makedirs(directory, exist_ok=True)
     config_path = os.path.join(directory, "pretrain.yml")
-    dump_yaml(config, config_path)
+    harness.dump_yaml(config, config_path)
     harness.log(f"pre-training the benchmark model with OpenNMT-tf from step {recorded['steps']} "
                 f"to {args.steps} (once, cached in {os.path.relpath(directory, ROOT)}; log: "
                 f"{os.path.relpath(run_dir, ROOT)}/pretrain.err)")

@@ -315,6 +315,20 @@ def parse_scalar(text):
     return text
 
 
+def load_yaml(path):
+    import yaml
+
+    with open(path, encoding="utf-8") as stream:
+        return yaml.safe_load(stream)
+
+
+def dump_yaml(value, path):
+    import yaml
+
+    with open(path, "w", encoding="utf-8") as stream:
+        yaml.safe_dump(value, stream, sort_keys=False, allow_unicode=True)
+
+
 def parse_overrides(text):
     """'train.mixed_precision=bfloat16 model.x=1' -> [('train.mixed_precision', 'bfloat16'), ...]."""
     overrides = []

@@ -39,7 +39,7 @@ sys.path.insert(0, BENCH_DIR)
 
 import harness  # noqa: E402
 import prepare  # noqa: E402
-from bench_train import DTYPE_TO_MIXED_PRECISION, load_yaml  # noqa: E402
+from bench_train import DTYPE_TO_MIXED_PRECISION  # noqa: E402
 
 CATEGORIES = ("matmul", "attention", "softmax/norm", "dropout", "optimizer", "input", "cast",
               "other")
@@ -80,7 +80,7 @@ def categorize(scope, op_type, thread):
 
 def benchmark_config(cache_dir, model_dir, dtype):
     """The user config of the training benchmark (as bench_train.py renders it for lite)."""
-    benchmark = load_yaml(os.path.join(BENCH_DIR, "configs", "train_benchmark.yml"))
+    benchmark = harness.load_yaml(os.path.join(BENCH_DIR, "configs", "train_benchmark.yml"))
     config = dict(benchmark, model_dir=model_dir)
     config["data"] = {key: os.path.join(cache_dir, value)
                       for key, value in benchmark["data"].items()}
