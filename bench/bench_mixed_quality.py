@@ -108,9 +108,7 @@ def main(argv=None):
     stamp = harness.timestamp()
     run_dir = harness.run_directory(args.name, stamp)
     shared = os.path.join(run_dir, "shared")
-    warning = harness.load_warning()
-    if warning:
-        harness.log("WARNING: " + warning)
+    warning = harness.warn_if_busy()
 
     runs, histories = {}, {}
     for dtype in dtypes:

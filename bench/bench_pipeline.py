@@ -132,9 +132,7 @@ def main(argv=None):
     parser.add_argument("--force", action="store_true", help="retrain the SentencePiece models")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    warning = harness.load_warning()
-    if warning:
-        harness.log(f"WARNING: {warning}")
+    warning = harness.warn_if_busy()
 
     from opennmt_lite.data import load_parallel_corpus
 

@@ -145,9 +145,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     stamp = harness.timestamp()
-    warning = harness.load_warning()
-    if warning:
-        harness.log("WARNING: " + warning)
+    warning = harness.warn_if_busy()
     paths = prepare.prepare(args.cache_dir)
     stats = prepare.read_stats(args.cache_dir)
     benchmark = harness.load_yaml(args.benchmark)

@@ -413,9 +413,7 @@ def main(argv=None):
     import onmt_env
 
     stamp = harness.timestamp()
-    warning = harness.load_warning()
-    if warning:
-        harness.log("WARNING: " + warning)
+    warning = harness.warn_if_busy()
     paths = prepare.prepare(args.cache_dir)
     run_dir = harness.run_directory(args.name, stamp)
 

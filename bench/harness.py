@@ -294,6 +294,14 @@ def load_warning(threshold=0.5):
     return None
 
 
+
+def warn_if_busy():
+    """load_warning(), also logged when there is one; returns it (None on an idle machine)."""
+    warning = load_warning()
+    if warning:
+        log("WARNING: " + warning)
+    return warning
+
 # --------------------------------------------------------------------------------------------
 # Config overrides
 
