@@ -7,31 +7,45 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     """Per-token loss [batch, time] from float32 logits [batch, time, vocab].
 
     With eps = label_smoothing, the target distribution q puts 1 - eps on the label and
-    eps / (vocab - 1) on every other class (OpenNMT-tf's smoothing), so with lse = logsumexp(logits)
-      loss = -(1 - eps) * (gold - lse) - eps / (vocab - 1) * (sum(logits) - vocab * lse - (gold - lse))
-    and its gradient is softmax(logits) - q. The custom gradient keeps only `lse` from the forward
-    pass and builds softmax - q once in the backward pass, instead of storing log-softmax and
-    one-hot tensors of the logits' size.
+    eps / (vocab - 1) on every other class (OpenNMT-tf's smoothing). TensorFlow's fused sparse
+    softmax cross-entropy kernel gives, in one pass over the logits, ce = lse - gold (lse the
+    log-sum-exp, gold the label's logit) and backprop = softmax(logits) - onehot(label). Then
+      loss = (1 - eps - off) * ce - off * (sum(logits) - vocab * lse),   off = eps / (vocab - 1)
+      d loss / d logits = softmax - q = (backprop - off) + (eps + off) * onehot(label).
+    Only `backprop` is kept for the backward pass (the logits can be freed once the forward pass
+    has read them), and the gradient is built in place from it: one tensor of the logits' size
+    instead of the log-softmax, one-hot and product tensors that automatic differentiation of the
+    dense formula keeps. This is what bounds the memory of the output layer in training.
     """
-    vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
-    on_value = 1.0 - label_smoothing
+    depth = tf.shape(logits)[-1]
+    vocab = tf.cast(depth, tf.float32)
     off_value = label_smoothing / (vocab - 1.0)
+    flat_logits = tf.reshape(logits, [-1, depth])
+    flat_labels = tf.reshape(labels, [-1])
 
     @tf.custom_gradient
-    def loss_fn(logits):
-        lse = tf.reduce_logsumexp(logits, axis=-1)
-        gold = tf.gather(logits, labels, batch_dims=2) - lse
-        loss = -(on_value - off_value) * gold
+    def loss_fn(flat_logits):
+        ce, backprop = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
+            features=flat_logits, labels=flat_labels)
+        loss = ce
         if label_smoothing > 0:
-            loss -= off_value * (tf.reduce_sum(logits, axis=-1) - vocab * lse)
+            lse = ce + tf.gather(flat_logits, flat_labels, batch_dims=1)
+            loss = (1.0 - label_smoothing - off_value) * ce - off_value * (
+                tf.reduce_sum(flat_logits, axis=-1) - vocab * lse)
 
         def grad(upstream):
-            target = tf.one_hot(labels, tf.shape(logits)[-1], on_value=on_value, off_value=off_value)
-            return upstream[..., tf.newaxis] * (tf.exp(logits - lse[..., tf.newaxis]) - target)
+            gradient = backprop
+            if label_smoothing > 0:
+                rows = tf.range(tf.shape(flat_labels)[0], dtype=flat_labels.dtype)
+                gold = tf.stack([rows, flat_labels], axis=1)
+                gradient = tf.tensor_scatter_nd_add(
+                    gradient - off_value, gold,
+                    tf.fill(tf.shape(flat_labels), label_smoothing + off_value))
+            return gradient * upstream[:, tf.newaxis]
 
         return loss, grad
 
-    return loss_fn(logits)
+    return tf.reshape(loss_fn(flat_logits), tf.shape(labels))
 
 
 def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing=0.0, training=False):

@@ -110,6 +110,42 @@ class Dense(keras.layers.Layer):
         return config
 
 
+def layer_norm(x, gamma, beta, epsilon):
+    """`gamma * (x - mean) * rsqrt(var + epsilon) + beta` over the last axis of float32 `x`
+    [..., depth], with a hand-written gradient.
+
+    Automatic differentiation of this formula keeps x, x - mean and the normalized x for the
+    backward pass; the gradient below needs only the normalized x and the reciprocal deviation
+    [..., 1], which saves two activations of the input's size per layer norm in training. With
+    g the incoming gradient, n = depth and x_hat the normalized input:
+      d beta = sum g,  d gamma = sum g * x_hat  (over every axis but the last),
+      d x = rstd * (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat))  (means over depth).
+    """
+
+    @tf.custom_gradient
+    def normalize(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        rstd = tf.math.rsqrt(variance + epsilon)
+        x_hat = (x - mean) * rstd
+        outputs = x_hat * gamma + beta
+
+        def grad(upstream):
+            reduce_axes = tf.range(tf.rank(upstream) - 1)
+            d_beta = tf.reduce_sum(upstream, axis=reduce_axes)
+            d_gamma = tf.reduce_sum(upstream * x_hat, axis=reduce_axes)
+            d_x_hat = upstream * gamma
+            d_x = rstd * (
+                d_x_hat
+                - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
+                - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True)
+            )
+            return d_x, d_gamma, d_beta
+
+        return outputs, grad
+
+    return normalize(x, gamma, beta)
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LayerNorm(keras.layers.Layer):
     """Layer normalization over the last axis, `gamma * (x - mean) / sqrt(var + epsilon) + beta`.
@@ -135,8 +171,8 @@ class LayerNorm(keras.layers.Layer):
 
     def call(self, inputs):
         x = tf.cast(inputs, tf.float32)
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        outputs = (x - mean) * tf.math.rsqrt(variance + self.epsilon) * self.gamma + self.beta
+        outputs = layer_norm(x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta),
+                             self.epsilon)
         return tf.cast(outputs, inputs.dtype)
 
     def compute_output_shape(self, input_shape):
