@@ -1,11 +1,12 @@
-"""Hand-written gradients (kept to save training memory) against independent references:
+"""Dropout masks, and hand-written gradients (kept to save training memory), against independent references:
 finite differences in float64 and automatic differentiation of the plain formula."""
 
+import keras
 import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.layers import LayerNorm
-from opennmt_lite.layers.common import layer_norm
+from opennmt_lite.layers.common import apply_dropout, dense_relu_dropout, dropout_keep_mask, layer_norm
 
 
 def test_layer_norm_gradient_matches_finite_differences():
@@ -48,3 +49,39 @@ def tape_gradient_of_layer(layer, x, upstream):
         tape.watch(x)
         loss = tf.reduce_sum(layer(x) * upstream)
     return tape.gradient(loss, [x, layer.gamma, layer.beta])
+
+
+def test_dropout_drops_the_rate_and_keeps_the_mean():
+    x = tf.ones([64, 333])  # odd last dimension: the mask draws a spare half
+    dropped = apply_dropout(x, 0.1, keras.random.SeedGenerator(5), training=True).numpy()
+    kept = dropped != 0
+    assert abs(1 - kept.mean() - 0.1) < 0.005
+    np.testing.assert_allclose(dropped[kept], 65536 / (65536 - 6554), rtol=1e-6)
+    assert abs(dropped.mean() - 1) < 0.01
+    again = apply_dropout(x, 0.1, keras.random.SeedGenerator(5), training=True).numpy()
+    np.testing.assert_array_equal(dropped, again)  # the seed generator's state decides the mask
+    assert np.all(apply_dropout(x, 0.1, keras.random.SeedGenerator(5), training=False) == x)
+
+
+def test_dense_relu_dropout_matches_autodiff_with_the_same_mask():
+    rng = np.random.default_rng(2)
+    x = tf.constant(rng.normal(size=(3, 5, 16)).astype(np.float32))
+    kernel = tf.constant(rng.normal(size=(16, 24)).astype(np.float32) * 0.3)
+    bias = tf.constant(rng.normal(size=24).astype(np.float32) * 0.1)
+    upstream = tf.constant(rng.normal(size=(3, 5, 24)).astype(np.float32))
+    with tf.GradientTape() as tape:
+        tape.watch([x, kernel, bias])
+        ours = dense_relu_dropout(x, kernel, bias, 0.3, keras.random.SeedGenerator(7))
+        loss = tf.reduce_sum(ours * upstream)
+    got = tape.gradient(loss, [x, kernel, bias])
+    keep, scale = dropout_keep_mask(tf.constant([15, 24]), 0.3, keras.random.SeedGenerator(7))
+    with tf.GradientTape() as tape:
+        tape.watch([x, kernel, bias])
+        inner = tf.nn.relu(tf.einsum("btd,du->btu", x, kernel) + bias)
+        reference = tf.where(tf.reshape(keep, [3, 5, 24]), inner * scale, 0.0)
+        reference_loss = tf.reduce_sum(reference * upstream)
+    want = tape.gradient(reference_loss, [x, kernel, bias])
+    assert 0.2 < 1 - keep.numpy().mean() < 0.4 and np.any(inner.numpy() == 0)
+    np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
+    for a, b in zip(got, want):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
