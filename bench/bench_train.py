@@ -2,9 +2,11 @@
 
     python bench/bench_train.py [--runs 3] [--steps 60] [--only onmt|lite]
                                 [--dtype float32 [mixed_bfloat16]] [--lite-extra "key=value ..."]
+                                [--benchmark bench/configs/sample_benchmark.yml]
 
 1. Prepares the data once (bench/prepare.py, cached in runs/bench_cache/).
-2. Renders both configs from bench/configs/train_benchmark.yml (same data files, vocabularies,
+2. Renders both configs from bench/configs/train_benchmark.yml (the performance issue's config;
+   --benchmark bench/configs/sample_benchmark.yml is configs/sample.yml) (same data files, vocabularies,
    model and hyper-parameters; each lite config adds `train.mixed_precision` from one --dtype and
    the --lite-extra overrides). They are saved in runs/bench_results/<name>-<timestamp>/configs/.
 3. Ensures the OpenNMT-tf venv (bench/onmt_env.py; ONMT_PYTHON=... reuses an interpreter).
@@ -115,6 +117,30 @@ def read_lite_metrics(model_dir, drop_first):
     return result
 
 
+def apply_time_weighted_mean(result):
+    """Replaces the run's tokens/s and steps/s (medians of its kept reports) by the time-weighted
+    means over the kept reports: sum(rate * interval) / sum(interval), the interval of a report
+    being the time since the previous report (`elapsed`). The medians stay under *_median.
+
+    Why: a median of 5-step reports ignores the few reports where OpenNMT-tf flushes its
+    partly filled length buckets at the end of an epoch; over a run of several epochs the mean is
+    what training really gets."""
+    reports = result["reports"]
+    weighted = {key: 0.0 for key in ("tokens_per_sec", "steps_per_sec")}
+    total = 0.0
+    for previous, report in zip(reports, reports[1:]):
+        interval = report.get("elapsed", 0) - previous.get("elapsed", 0)
+        if not report.get("kept") or interval <= 0:
+            continue
+        total += interval
+        for key in weighted:
+            weighted[key] += report[key] * interval
+    if total > 0:
+        for key, value in weighted.items():
+            result[key + "_median"] = result.get(key)
+            result[key] = value / total
+
+
 def lite_unavailable_reason():
     if not os.path.exists(LITE_ENTRY):
         return f"{os.path.relpath(LITE_ENTRY, ROOT)} does not exist yet"
@@ -142,13 +168,23 @@ def main(argv=None):
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
     parser.add_argument("--no-mfu", action="store_true", help="skip the matmul peak measurement")
     parser.add_argument("--keep-model-dirs", action="store_true")
+    parser.add_argument(
+        "--statistic", choices=("median", "mean"), default="median",
+        help="per run: median of the kept reports, or their time-weighted mean (total tokens / "
+             "total time; use with --steps covering whole epochs, see bench/README.md)")
     args = parser.parse_args(argv)
 
     stamp = harness.timestamp()
     warning = harness.warn_if_busy()
-    paths = prepare.prepare(args.cache_dir)
-    stats = prepare.read_stats(args.cache_dir)
     benchmark = harness.load_yaml(args.benchmark)
+    # A benchmark may ask for other data preparation (e.g. the sample's 4 000-piece vocabularies);
+    # it then gets a cache of its own beside the default one.
+    prepare_overrides = benchmark.pop("prepare", None) or {}
+    if prepare_overrides and args.cache_dir == prepare.DEFAULT_CACHE_DIR:
+        name = os.path.splitext(os.path.basename(args.benchmark))[0]
+        args.cache_dir = os.path.join(prepare.DEFAULT_CACHE_DIR, name)
+    paths = prepare.prepare(args.cache_dir, **prepare_overrides)
+    stats = prepare.read_stats(args.cache_dir)
     summary_steps = args.summary_steps or benchmark["train"].get("save_summary_steps", 5)
     args.summary_steps = summary_steps
     args.dtype = list(dict.fromkeys(args.dtype))  # each dtype once, in the given order
@@ -227,6 +263,8 @@ def main(argv=None):
         if side != ONMT:
             record["result"] = read_lite_metrics(model_dir, args.drop_first)
         result = record["result"] or {}
+        if args.statistic == "mean" and result.get("reports"):
+            apply_time_weighted_mean(result)
         if record["returncode"] != 0 or result.get("error") or result.get("tokens_per_sec") is None:
             why = result.get("error") or f"exit status {record['returncode']}"
             record["error"] = why
