@@ -370,7 +370,9 @@ def render_table(summary, sides, peak, peak_dtype, flops_per_token, args, skippe
         ])
     lines = [f"Training: {args.steps} steps per run, report every "
              f"{args.summary_steps} steps, first {args.drop_first} report(s) dropped, "
-             "medians over runs (each run: median over its reports)",
+             "medians over runs (each run: "
+             + ("time-weighted mean" if args.statistic == "mean" else "median")
+             + " over its reports)",
              harness.format_table(headers, rows)]
     if peak:
         lines.append("MFU = tokens/s x %.1f MFLOP/token (estimate, harness."

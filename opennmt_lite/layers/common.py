@@ -171,7 +171,7 @@ def layer_norm(x, gamma, beta, epsilon):
     Automatic differentiation of this formula keeps x, x - mean and the normalized x for the
     backward pass; the gradient below needs only the normalized x and the reciprocal deviation
     [..., 1], which saves two activations of the input's size per layer norm in training. With
-    g the incoming gradient, n = depth and x_hat the normalized input:
+    g the incoming gradient and x_hat the normalized input:
       d beta = sum g,  d gamma = sum g * x_hat  (over every axis but the last),
       d x = rstd * (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat))  (means over depth).
     """
