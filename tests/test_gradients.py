@@ -85,3 +85,17 @@ def test_dense_relu_dropout_matches_autodiff_with_the_same_mask():
     np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
     for a, b in zip(got, want):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_a_rate_that_rounds_to_one_drops_everything_and_passes_no_gradient():
+    x = tf.ones([4, 6])
+    kernel, bias = tf.ones([6, 8]), tf.ones([8])
+    for rate in (1.0, 0.999999):
+        assert np.all(apply_dropout(x, rate, keras.random.SeedGenerator(1), training=True) == 0)
+        with tf.GradientTape() as tape:
+            tape.watch([x, kernel, bias])
+            outputs = dense_relu_dropout(x, kernel, bias, rate, keras.random.SeedGenerator(1))
+            loss = tf.reduce_sum(outputs)
+        assert np.all(outputs.numpy() == 0)
+        for gradient in tape.gradient(loss, [x, kernel, bias]):
+            assert np.all(gradient.numpy() == 0)

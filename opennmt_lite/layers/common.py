@@ -19,8 +19,11 @@ _DROPOUT_LEVELS = 1 << 16
 
 
 def dropout_keep_mask(shape, rate, seed_generator):
-    """(keep [shape] bool, scale): keep each element with probability 1 - rate (to 2^-16)."""
+    """(keep [shape] bool, scale): keep each element with probability 1 - rate (to 2^-16).
+    A rate that rounds to 1 keeps nothing (scale 0: the output and its gradient are zeros)."""
     threshold = int(round(rate * _DROPOUT_LEVELS))
+    if threshold >= _DROPOUT_LEVELS:
+        return tf.zeros(shape, tf.bool), 0.0
     seed = tf.cast(seed_generator.next(), tf.int32)
     halves = tf.concat([shape[:-1], [(shape[-1] + 1) // 2]], axis=0)
     bits = tf.random.stateless_uniform(halves, seed, minval=None, maxval=None, dtype=tf.uint32)
@@ -39,8 +42,6 @@ def apply_dropout(x, rate, seed_generator, training):
     """
     if not training or rate == 0:
         return x
-    if rate >= 1:
-        return tf.zeros_like(x)
     keep, scale = dropout_keep_mask(tf.shape(x), rate, seed_generator)
     return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros((), x.dtype))
 
