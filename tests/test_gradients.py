@@ -6,7 +6,8 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.layers import LayerNorm
-from opennmt_lite.layers.common import apply_dropout, dense_relu_dropout, dropout_keep_mask, layer_norm
+from opennmt_lite.layers.common import (apply_dropout, dense_relu_dropout, dropout_keep_mask, layer_norm,
+                                        layer_norm_inference)
 
 
 def test_layer_norm_gradient_matches_finite_differences():
@@ -28,8 +29,8 @@ def test_layer_norm_layer_matches_autodiff_of_the_formula_in_float32():
     norm.build(x.shape)
     norm.gamma.assign(rng.normal(size=32).astype(np.float32))
     norm.beta.assign(rng.normal(size=32).astype(np.float32))
-    outputs = norm(x)
-    ours = tape_gradient_of_layer(norm, x, upstream)
+    outputs = norm(x, training=True)
+    ours = tape_gradient_of_layer(norm, x, upstream, training=True)
     with tf.GradientTape() as tape:
         tape.watch(x)
         gamma, beta = tf.constant(norm.gamma.numpy()), tf.constant(norm.beta.numpy())
@@ -42,12 +43,42 @@ def test_layer_norm_layer_matches_autodiff_of_the_formula_in_float32():
     for got, want in zip(ours, expected):
         np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5, atol=1e-5)
 
+    # Inference (the fused batch-norm kernel): the same values within float32 rounding, and
+    # still differentiable (through the batch-norm gradient) for whoever differentiates it.
+    inference_outputs = norm(x, training=False)
+    np.testing.assert_allclose(inference_outputs.numpy(), reference.numpy(), rtol=1e-5, atol=1e-5)
+    assert not np.array_equal(inference_outputs.numpy(), outputs.numpy())  # another kernel ran
+    for got, want in zip(tape_gradient_of_layer(norm, x, upstream, training=False), expected):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-4, atol=1e-4)
 
-def tape_gradient_of_layer(layer, x, upstream):
+
+def test_layer_norm_inference_matches_float64_formula():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(3, 5, 16)) * 4 - 1
+    gamma, beta = rng.normal(size=16), rng.normal(size=16)
+    expected = (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 1e-3) * gamma + beta
+    got = layer_norm_inference(*(tf.constant(v, tf.float32) for v in (x, gamma, beta)), 1e-3)
+    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=2e-6)
+    empty = layer_norm_inference(tf.zeros([0, 4, 16]), tf.ones([16]), tf.zeros([16]), 1e-3)
+    assert empty.shape == (0, 4, 16)
+
+
+def test_layer_norm_kernel_follows_the_training_flag():
+    """Training graphs keep the hand-written gradient; inference graphs the fused kernel."""
+    norm = LayerNorm()
+    norm.build((None, None, 8))
+    for training, fused in ((True, False), (False, True), (None, True)):
+        graph = tf.function(lambda x: norm(x, training=training)).get_concrete_function(
+            tf.TensorSpec([None, None, 8])).graph
+        op_types = {op.type for op in graph.get_operations()}
+        assert ("FusedBatchNormV3" in op_types) == fused, (training, op_types)
+
+
+def tape_gradient_of_layer(layer, x, upstream, training):
     """Gradients of sum(layer(x) * upstream) w.r.t. x and the layer's weights (gamma, beta)."""
     with tf.GradientTape() as tape:
         tape.watch(x)
-        loss = tf.reduce_sum(layer(x) * upstream)
+        loss = tf.reduce_sum(layer(x, training=training) * upstream)
     return tape.gradient(loss, [x, layer.gamma, layer.beta])
 
 

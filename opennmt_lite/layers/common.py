@@ -201,6 +201,29 @@ def layer_norm(x, gamma, beta, epsilon):
     return normalize(x, gamma, beta)
 
 
+def layer_norm_inference(x, gamma, beta, epsilon):
+    """The same layer norm as `layer_norm`, written for the forward pass only.
+
+    Every row of float32 `x` [..., depth] is seen as one channel of a [1, rows, depth, 1] NCHW
+    image, normalized by the fused batch-norm op, then scaled and shifted. TensorFlow's grappler
+    rewrites exactly this chain into one oneDNN layer-norm kernel (`_MklLayerNorm`), about twice
+    as fast as the separate mean, variance and arithmetic ops (and the way OpenNMT-tf's Keras 2
+    layer computes). Not for training: the batch-norm gradient would keep two activations of
+    the input's size where `layer_norm`'s keeps one.
+    """
+    shape = tf.shape(x)
+    rows = tf.reduce_prod(shape[:-1])
+    images = tf.reshape(x, [1, rows, shape[-1], 1])
+    normalized, _, _ = tf.compat.v1.nn.fused_batch_norm(
+        images,
+        scale=tf.ones([rows], x.dtype),
+        offset=tf.zeros([rows], x.dtype),
+        epsilon=epsilon,
+        data_format="NCHW",
+    )
+    return tf.reshape(normalized, shape) * gamma + beta
+
+
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LayerNorm(keras.layers.Layer):
     """Layer normalization over the last axis, `gamma * (x - mean) / sqrt(var + epsilon) + beta`.
@@ -224,10 +247,13 @@ class LayerNorm(keras.layers.Layer):
             name="beta", shape=(depth,), initializer="zeros", autocast=False
         )
 
-    def call(self, inputs):
+    def call(self, inputs, training=None):
         x = tf.cast(inputs, tf.float32)
-        outputs = layer_norm(x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta),
-                             self.epsilon)
+        # Training keeps the hand-written gradient (less memory); inference (training False or
+        # None, as Keras passes it down from the model's call) takes the fused kernel.
+        normalize = layer_norm if training else layer_norm_inference
+        outputs = normalize(x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta),
+                            self.epsilon)
         return tf.cast(outputs, inputs.dtype)
 
     def compute_output_shape(self, input_shape):
