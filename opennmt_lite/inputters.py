@@ -29,6 +29,9 @@ class WordEmbedder(keras.layers.Layer):
             name="embedding",
             shape=(self.vocabulary_size, self.embedding_size),
             initializer="glorot_uniform",
+            # Read in float32 and cast after the lookup (call): under a mixed policy, autocast
+            # would convert the whole [vocabulary, depth] table for every batch.
+            autocast=False,
         )
 
     def call(self, ids, training=None):
@@ -36,7 +39,7 @@ class WordEmbedder(keras.layers.Layer):
         if not ids.dtype.is_integer:
             raise TypeError(f"{self.name}: token ids must be integers, got {ids.dtype.name}")
         ids = self._check_range(ids)
-        outputs = tf.gather(self.embedding, ids)
+        outputs = tf.cast(tf.gather(self.embedding, ids), self.compute_dtype)
         return apply_dropout(outputs, self.dropout, self.dropout_seed, training)
 
     def _check_range(self, ids):

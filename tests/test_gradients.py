@@ -73,6 +73,20 @@ def test_layer_norm_kernel_follows_the_training_flag():
         op_types = {op.type for op in graph.get_operations()}
         assert ("FusedBatchNormV3" in op_types) == fused, (training, op_types)
 
+    # The flag reaches every layer norm of a whole model: a training forward has no fused op,
+    # an inference forward has one per layer norm (2 per encoder layer, 3 per decoder layer,
+    # one final norm on each side).
+    from opennmt_lite.models import Transformer
+
+    model = Transformer(20, 20, num_layers=2, num_units=8, num_heads=2, ffn_inner_dim=16,
+                        maximum_relative_position=4)
+    features = {"source_ids": tf.constant([[3, 4, 5]]), "source_length": tf.constant([3]),
+                "target_ids_in": tf.constant([[1, 6]]), "target_length": tf.constant([2])}
+    for training, count in ((True, 0), (False, 2 * 2 + 3 * 2 + 2)):
+        graph = tf.function(lambda: model(features, training=training)).get_concrete_function().graph
+        fused = [op for op in graph.get_operations() if op.type == "FusedBatchNormV3"]
+        assert len(fused) == count, (training, len(fused))
+
 
 def tape_gradient_of_layer(layer, x, upstream, training):
     """Gradients of sum(layer(x) * upstream) w.r.t. x and the layer's weights (gamma, beta)."""

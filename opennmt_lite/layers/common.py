@@ -211,13 +211,16 @@ def layer_norm_inference(x, gamma, beta, epsilon):
     layer computes). Not for training: the batch-norm gradient would keep two activations of
     the input's size where `layer_norm`'s keeps one.
     """
+    # An explicit shape check in front: without it, grappler does not fuse the chain when x
+    # comes from a Cast (as under mixed precision), measured with TensorFlow 2.21.
+    x = tf.ensure_shape(x, x.shape)
     shape = tf.shape(x)
     rows = tf.reduce_prod(shape[:-1])
     images = tf.reshape(x, [1, rows, shape[-1], 1])
     normalized, _, _ = tf.compat.v1.nn.fused_batch_norm(
         images,
-        scale=tf.ones([rows], x.dtype),
-        offset=tf.zeros([rows], x.dtype),
+        scale=tf.ones([rows], tf.float32),
+        offset=tf.zeros([rows], tf.float32),
         epsilon=epsilon,
         data_format="NCHW",
     )
