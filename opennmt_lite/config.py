@@ -107,6 +107,7 @@ SCHEMA = {
         "save_summary_steps": Key("int", 100),
         "mixed_precision": Key("str", "false", choices=("false", "true", "float16", "bfloat16")),
         "jit_compile": Key("bool", False),
+        "sub_batches": Key("int", 1),
         "seed": Key("int", 1234),
         "num_devices": Key("int", 1),
         "single_pass": Key("bool", False),
@@ -302,6 +303,8 @@ def _finalize(config, source):
         )
     if train["batch_type"] == "tokens" and not train.get("length_bucket_width"):
         raise ConfigError(f"{source}: train.length_bucket_width must be set with batch_type: tokens")
+    if train["sub_batches"] < 1:
+        raise ConfigError(f"{source}: train.sub_batches must be at least 1, got {train['sub_batches']}")
     for section in ("train", "eval", "infer", "score"):
         size = config[section].get("batch_size")
         if size is not None and size <= 0:

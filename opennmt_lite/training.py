@@ -26,7 +26,7 @@ from opennmt_lite.data import TrainingInput, accum_steps as count_accum_steps
 from opennmt_lite.distribute import is_chief, make_strategy, replica_shards
 from opennmt_lite.optimizers import inner_optimizer, make_optimizer
 from opennmt_lite.resources import create_model, find_onmt_checkpoint, load_assets, set_precision
-from opennmt_lite.training_step import make_train_step
+from opennmt_lite.training_step import configure_threads, make_train_step
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -195,7 +195,9 @@ class Trainer:
         self.config = config
         train_config = config["train"]
         self.model_dir = config["model_dir"]
-        # First, before TensorFlow starts: the CPU may have to be split into logical devices.
+        # First, before TensorFlow starts: thread pools for sub-batches, and the CPU may have to
+        # be split into logical devices.
+        configure_threads(train_config["sub_batches"])
         self.strategy = make_strategy(train_config["num_devices"])
         self.chief = is_chief(self.strategy)
         os.makedirs(self.model_dir, exist_ok=True)
@@ -258,6 +260,7 @@ class Trainer:
             label_smoothing=params["label_smoothing"],
             average_loss_in_time=params["average_loss_in_time"],
             jit_compile=train_config["jit_compile"], strategy=self.strategy,
+            sub_batches=train_config["sub_batches"],
         )
         self.evaluator = (
             evaluator_factory(config, self.model, self.assets, self.step)

@@ -12,12 +12,24 @@ variables (a batch's activations are freed before the next batch starts), then o
 function that applies the accumulated update. Under tf.distribute each replica accumulates its
 own batches; the normalizer is summed over replicas before the division, and the optimizer sums
 the replicas' gradients.
+
+With `sub_batches` = n > 1, each batch is cut into n consecutive slices of its examples, each
+trimmed to its own longest source and target, and their losses are summed in one graph: the n
+forward and backward passes share no op until the gradients are added, so TensorFlow's
+inter-op threads run them side by side. On a CPU with few cores, n single-threaded passes keep
+the cores busier than one pass whose small ops are each split over all cores (see
+`configure_threads`). The gradient is the same sum over the same tokens.
 """
+
+import logging
+import os
 
 import tensorflow as tf
 
 from opennmt_lite.losses import cross_entropy_sequence_loss
 from opennmt_lite.optimizers import inner_optimizer
+
+logger = logging.getLogger("opennmt_lite")
 
 
 def batch_signature():
@@ -42,12 +54,41 @@ def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
     return loss, normalizer
 
 
-def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time):
+def split_batch(batch, parts):
+    """Cuts a batch into `parts` slices of consecutive examples (sizes differing by at most
+    one), each trimmed to its own longest source and target; a slice of a batch smaller than
+    `parts` can be empty ([0, 0] ids)."""
+    size = tf.shape(batch["source_length"])[0]
+    bounds = [size * k // parts for k in range(parts + 1)]
+    slices = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        part = {name: value[start:end] for name, value in batch.items()}
+        # (max over an empty slice is the int32 minimum: clipped to 0)
+        source_time = tf.maximum(tf.reduce_max(part["source_length"]), 0)
+        target_time = tf.maximum(tf.reduce_max(part["target_length"]), 0)
+        part["source_ids"] = part["source_ids"][:, :source_time]
+        part["target_ids_in"] = part["target_ids_in"][:, :target_time]
+        part["target_ids_out"] = part["target_ids_out"][:, :target_time]
+        slices.append(part)
+    return slices
+
+
+def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
-    Embedding gradients stay IndexedSlices."""
+    Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
+    slices of the batch (split_batch), computed independently (see the module docstring)."""
     scaled = inner_optimizer(optimizer) is not optimizer
     with tf.GradientTape() as tape:
-        loss, normalizer = compute_loss(model, batch, label_smoothing, average_loss_in_time, training=True)
+        if sub_batches > 1:
+            loss = normalizer = 0.0
+            for part in split_batch(batch, sub_batches):
+                part_loss, part_normalizer = compute_loss(
+                    model, part, label_smoothing, average_loss_in_time, training=True)
+                loss += part_loss
+                normalizer += part_normalizer
+        else:
+            loss, normalizer = compute_loss(
+                model, batch, label_smoothing, average_loss_in_time, training=True)
         objective = optimizer.scale_loss(loss) if scaled else loss
     return tape.gradient(objective, model.trainable_variables), loss, normalizer
 
@@ -78,6 +119,27 @@ def apply_gradients(optimizer, grads, variables, normalizer):
         inner.iterations.assign_add(tf.cast(skipped, inner.iterations.dtype))
 
 
+def configure_threads(sub_batches):
+    """Thread pools for `sub_batches` passes side by side: as many inter-op threads, and the
+    cores shared among them for each op (one each on a 2-core CPU). Must run before TensorFlow
+    starts; afterwards the pools are left as they are (logged)."""
+    if sub_batches <= 1:
+        return
+    intra = max(1, (os.cpu_count() or 1) // sub_batches)
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(sub_batches)
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    except RuntimeError:
+        logger.warning(
+            "train.sub_batches=%d: TensorFlow has already started, its thread pools stay as they "
+            "are (%s inter-op, %s intra-op threads; 0 = one per core)", sub_batches,
+            tf.config.threading.get_inter_op_parallelism_threads(),
+            tf.config.threading.get_intra_op_parallelism_threads())
+        return
+    logger.info("train.sub_batches=%d: %d inter-op threads, %d intra-op thread(s) per op",
+                sub_batches, sub_batches, intra)
+
+
 def local_replicas(strategy):
     """Number of replicas this process drives (all of them, except in multi-worker training)."""
     if strategy.num_replicas_in_sync == 1:
@@ -92,8 +154,9 @@ class TrainStep:
     """
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
-                 average_loss_in_time=True, jit_compile=False, strategy=None):
+                 average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1):
         self.model = model
+        self.sub_batches = sub_batches
         self.optimizer = optimizer
         self.accum_steps = accum_steps
         self.label_smoothing = label_smoothing
@@ -117,7 +180,8 @@ class TrainStep:
 
     def _replica_accumulate(self, batch):
         grads, loss, normalizer = batch_gradients(
-            self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time)
+            self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
+            self.sub_batches)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
@@ -166,6 +230,6 @@ class TrainStep:
 
 
 def make_train_step(model, optimizer, accum_steps, label_smoothing=0.0, average_loss_in_time=True,
-                    jit_compile=False, strategy=None):
+                    jit_compile=False, strategy=None, sub_batches=1):
     return TrainStep(model, optimizer, accum_steps, label_smoothing, average_loss_in_time,
-                     jit_compile, strategy)
+                     jit_compile, strategy, sub_batches)

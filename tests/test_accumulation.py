@@ -1,4 +1,5 @@
-"""Gradient accumulation is exact: 4 accumulated batches = 1 batch holding the same examples."""
+"""Gradient accumulation is exact: 4 accumulated batches = 1 batch holding the same examples;
+and so is cutting each batch into sub-batches (train.sub_batches)."""
 
 import keras
 import numpy as np
@@ -7,7 +8,7 @@ import tensorflow as tf
 
 from opennmt_lite.models import Transformer
 from opennmt_lite.optimizers import make_optimizer
-from opennmt_lite.training_step import accumulate_gradients, make_train_step
+from opennmt_lite.training_step import accumulate_gradients, make_train_step, split_batch
 
 PARAMS = {"optimizer": "Adam", "optimizer_params": {"beta_1": 0.9, "beta_2": 0.998},
           "learning_rate": 2.0, "decay_type": "NoamDecay",
@@ -116,3 +117,59 @@ def test_accumulation_is_not_the_mean_of_batch_means():
         means.append([x / n for x in g])
     averaged = [(a + b) / 2 for a, b in zip(*means)]
     assert max(relative_difference(a.numpy(), b.numpy()) for a, b in zip(averaged, exact)) > 1e-2
+
+
+def test_split_batch_covers_every_example_once_trimmed_to_its_own_lengths():
+    rng = np.random.default_rng(2)
+    examples = make_examples(rng, 7)
+    batch = make_batch(examples)
+    parts = split_batch(batch, 3)
+    assert [int(p["source_length"].shape[0]) for p in parts] == [2, 2, 3]
+    start = 0
+    for part in parts:
+        size = int(part["source_length"].shape[0])
+        members = examples[start:start + size]
+        start += size
+        # Each part is exactly the batch its own examples would make (trimmed padding).
+        expected = make_batch(members)
+        for name in batch:
+            np.testing.assert_array_equal(part[name].numpy(), expected[name].numpy(), err_msg=name)
+    assert start == len(examples)
+    # A batch smaller than the number of parts: the first parts are empty.
+    single = split_batch(make_batch(examples[:1]), 2)
+    assert single[0]["source_ids"].shape == (0, 0) and single[0]["target_ids_out"].shape == (0, 0)
+    np.testing.assert_array_equal(single[1]["source_ids"].numpy(), make_batch(examples[:1])["source_ids"].numpy())
+
+
+@pytest.mark.parametrize("sizes", [(9, 4), (1, 2)], ids=["odd_batches", "batch_smaller_than_parts"])
+def test_sub_batches_give_the_same_update(sizes):
+    """sub_batches=2 (and 3): the same loss, normalizer, gradient and weights as whole batches,
+    through TrainStep's compiled functions, including a batch of one example (an empty part)."""
+    smoothing = 0.1
+    rng = np.random.default_rng(3)
+    examples = make_examples(rng, sum(sizes))
+    group = (make_batch(examples[:sizes[0]]), make_batch(examples[sizes[0]:]))
+    results = {}
+    for parts in (1, 2, 3):
+        model = make_model(seed=7)
+        optimizer = make_optimizer(SGD_PARAMS)
+        optimizer.build(model.trainable_variables)
+        step = make_train_step(model, optimizer, len(group), label_smoothing=smoothing,
+                               sub_batches=parts)
+        stats = step((group,))
+        results[parts] = ([v.numpy() for v in model.trainable_variables],
+                          float(stats["loss_sum"]), float(stats["normalizer"]),
+                          int(stats["source_tokens"]), int(stats["target_tokens"]))
+    weights1, loss1, norm1, src1, tgt1 = results[1]
+    assert norm1 == sum(len(t) + 1 for _, t in examples)
+    assert src1 == sum(len(s) for s, _ in examples) and tgt1 == norm1
+    initial = [v.numpy() for v in make_model(seed=7).trainable_variables]
+    update1 = [w - w0 for w, w0 in zip(weights1, initial)]
+    assert max(np.abs(u).max() for u in update1) > 1e-4  # the update is not vacuous
+    for parts in (2, 3):
+        weights, loss, norm, src, tgt = results[parts]
+        assert (norm, src, tgt) == (norm1, src1, tgt1)
+        assert abs(loss - loss1) <= 1e-6 * abs(loss1)
+        update = [w - w0 for w, w0 in zip(weights, initial)]
+        worst = global_relative_difference(update, update1)
+        assert worst <= 1e-5, (parts, worst)

@@ -70,6 +70,7 @@ def test_without_auto_config_opennmt_fallbacks_apply(tmp_path):
         (dict(MINIMAL, data={"source_tokenization": {"type": "sentencepiece"}}),
          r"data.source_tokenization.model must name the SentencePiece model file"),
         (dict(MINIMAL, train={"mixed_precision": "fp8"}), r"train.mixed_precision: must be one of"),
+        (dict(MINIMAL, train={"sub_batches": 0}), r"config.yml: train.sub_batches must be at least 1, got 0"),
         ({"model_dir": "x", "model": {"num_units": 512}}, r"model.num_layers is not set"),
         (dict(MINIMAL, infer={"n_best": 5}), r"infer.n_best \(5\) cannot exceed params.beam_width \(4\)"),
         ("model_dir: [unclosed", r"config.yml: invalid YAML"),

@@ -2,11 +2,14 @@
 
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
+from data_helpers import REPO
 from training_helpers import TINY_MODEL, training_config
 from opennmt_lite.checkpoint import contents
 from opennmt_lite.optimizers import optimizer_state
@@ -88,13 +91,16 @@ def test_stop_and_resume_restores_step_learning_rate_and_moments(tmp_path):
     assert os.path.basename(summary["checkpoint"]) == "ckpt-9"
 
 
-def test_resumed_run_equals_uninterrupted_run(tmp_path):
-    """N steps, stop, resume to N+M == N+M steps at once (data position and dropout restored)."""
+@pytest.mark.parametrize("sub_batches", [1, 2])
+def test_resumed_run_equals_uninterrupted_run(tmp_path, sub_batches):
+    """N steps, stop, resume to N+M == N+M steps at once (data position and dropout restored),
+    also with sub-batches computed side by side (their dropout draws do not depend on timing)."""
     tf.config.experimental.enable_op_determinism()
-    straight = Trainer(training_config(tmp_path / "a", model=TINY_MODEL, train={"max_step": 8}))
+    train = {"sub_batches": sub_batches}
+    straight = Trainer(training_config(tmp_path / "a", model=TINY_MODEL, train={**train, "max_step": 8}))
     straight.run()
-    Trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={"max_step": 5})).run()
-    resumed = Trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={"max_step": 8}))
+    Trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={**train, "max_step": 5})).run()
+    resumed = Trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={**train, "max_step": 8}))
     resumed.run()
     for (name, a), b in zip(named_variables(straight.model).items(), named_variables(resumed.model).values()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
@@ -115,3 +121,27 @@ def test_max_step_already_reached_is_a_clear_error(tmp_path):
     Trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2})).run()
     with pytest.raises(TrainingError, match="at step 2, which reaches train.max_step=2"):
         Trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2}))
+
+
+def test_sub_batches_set_the_thread_pools_before_tensorflow_starts():
+    """In a fresh process: as many inter-op threads as sub-batches, the cores shared among them
+    for each op; once TensorFlow has started, a warning and the pools unchanged (no error)."""
+    script = (
+        "import logging, os; logging.basicConfig(level=logging.INFO)\n"
+        "from opennmt_lite.training_step import configure_threads\n"
+        "import tensorflow as tf\n"
+        "configure_threads(2)\n"
+        "tf.constant(1.0) + 1.0\n"
+        "print('pools', tf.config.threading.get_inter_op_parallelism_threads(),"
+        " tf.config.threading.get_intra_op_parallelism_threads(), os.cpu_count())\n"
+        "configure_threads(3)\n"
+        "print('after', tf.config.threading.get_inter_op_parallelism_threads())\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=REPO, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    pools = next(line for line in result.stdout.splitlines() if line.startswith("pools")).split()
+    inter, intra, cores = map(int, pools[1:])
+    assert inter == 2 and intra == max(1, cores // 2)
+    assert "after 2" in result.stdout
+    assert "train.sub_batches=3: TensorFlow has already started" in result.stderr
