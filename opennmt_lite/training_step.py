@@ -79,16 +79,11 @@ def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_ti
     slices of the batch (split_batch), computed independently (see the module docstring)."""
     scaled = inner_optimizer(optimizer) is not optimizer
     with tf.GradientTape() as tape:
-        if sub_batches > 1:
-            loss = normalizer = 0.0
-            for part in split_batch(batch, sub_batches):
-                part_loss, part_normalizer = compute_loss(
-                    model, part, label_smoothing, average_loss_in_time, training=True)
-                loss += part_loss
-                normalizer += part_normalizer
-        else:
-            loss, normalizer = compute_loss(
-                model, batch, label_smoothing, average_loss_in_time, training=True)
+        parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
+        losses, normalizers = zip(*(
+            compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
+            for part in parts))
+        loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
         objective = optimizer.scale_loss(loss) if scaled else loss
     return tape.gradient(objective, model.trainable_variables), loss, normalizer
 
