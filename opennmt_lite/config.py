@@ -284,8 +284,8 @@ def _finalize(config, source):
             model[name] = value
     # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling; a negative
     # one would keep every unit and scale it down)
-    rates = [("model", name) for name in ("dropout", "attention_dropout", "ffn_dropout")]
-    for section, name in rates + [("params", "label_smoothing")]:
+    for section, name in (("model", "dropout"), ("model", "attention_dropout"),
+                          ("model", "ffn_dropout"), ("params", "label_smoothing")):
         value = config[section].get(name)
         if value is not None and not 0.0 <= value < 1.0:
             raise ConfigError(f"{source}: {section}.{name} must be in [0, 1), got {value}")
