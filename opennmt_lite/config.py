@@ -1,143 +1,272 @@
 """Run configuration: OpenNMT-tf's YAML layout and keys, plus a `model` section.
 
-`load_config(paths)` reads one or more YAML files (merged left to right), validates every key and
-type against SCHEMA, fills defaults (OpenNMT-tf's fallback values, then its Transformer
-`auto_config`, then the user's values, as OpenNMT-tf merges them), expands the model preset, and
-resolves relative data paths. Everything else reads the returned plain dict; nothing else
-validates configuration.
+`load_config(paths)` reads one or more YAML files (merged left to right), checks every key and
+type, fills the defaults (OpenNMT-tf's fallback values, then its Transformer `auto_config`, then
+the user's values, as OpenNMT-tf merges them), expands the model preset, resolves relative data
+paths, runs every cross-field check, and returns a frozen `Config` of typed sections: `model`,
+`data`, `params`, `train`, `eval`, `infer`, `score`.
+
+This module is the only place that reads configuration by key, holds a default or validates a
+value. Each section is a frozen dataclass whose fields carry their YAML kind, choices and range
+(`key(...)`): the schema used to check the YAML is derived from these declarations, so a key,
+its default and its check are written once. (Dataclasses rather than pydantic: no dependency,
+and the messages stay ours, naming the file and the key path the way OpenNMT-tf users read them.)
 """
 
 import copy
+import dataclasses
 import difflib
 import os
+import types
+import typing
 
 import yaml
 
-from opennmt_lite.models import PRESETS, SHARE_EMBEDDINGS
+from opennmt_lite.errors import UserError
+
+from opennmt_lite.models.transformer import PRESETS, SHARE_EMBEDDINGS
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration problem, with the file and the key path in its message."""
 
 
 REQUIRED = object()
 
 
+@dataclasses.dataclass(frozen=True)
 class Key:
-    """A leaf of the schema: its type, default and allowed values."""
+    """A leaf of the schema: its YAML kind, default, allowed values and lower bound."""
 
-    def __init__(self, kind, default=None, choices=None, nullable=True):
-        self.kind = kind  # "int", "float", "bool", "str", "path", "dict", "list", "int_or_list"
-        self.default = default
-        self.choices = choices
-        self.nullable = nullable
-
-
-def _tokenization():
-    return {
-        "type": Key("str", "sentencepiece", choices=("sentencepiece", "space")),
-        "model": Key("path"),
-        # Used by `build-vocab` to train the SentencePiece model:
-        "vocabulary_size": Key("int", 8000),
-        "model_type": Key("str", "unigram", choices=("unigram", "bpe")),
-        "character_coverage": Key("float", 1.0),
-    }
+    kind: str  # "int", "float", "bool", "str", "path", "dict", "list"
+    default: typing.Any = None
+    choices: tuple = None
+    minimum: float = None
+    nullable: bool = True
 
 
-SCHEMA = {
-    "model_dir": Key("path", REQUIRED, nullable=False),
-    "auto_config": Key("bool", True, nullable=False),
-    "data": {
-        "train_features_file": Key("path"),
-        "train_labels_file": Key("path"),
-        "eval_features_file": Key("path"),
-        "eval_labels_file": Key("path"),
-        "source_vocabulary": Key("path"),
-        "target_vocabulary": Key("path"),
-        "source_tokenization": _tokenization(),
-        "target_tokenization": _tokenization(),
-    },
-    "model": {
-        "preset": Key("str", None, choices=tuple(PRESETS)),
-        "num_layers": Key("int"),
-        "num_units": Key("int"),
-        "num_heads": Key("int"),
-        "ffn_inner_dim": Key("int"),
-        "dropout": Key("float"),
-        "attention_dropout": Key("float"),
-        "ffn_dropout": Key("float"),
-        "ffn_activation": Key("str", "relu", choices=("relu", "gelu", "swish")),
-        "maximum_relative_position": Key("int"),
-        "pre_norm": Key("bool"),
-        "position_encoding": Key("str", "auto", choices=("auto", "sinusoidal", "none")),
-        "share_embeddings": Key("str", None, choices=SHARE_EMBEDDINGS),
-        "output_layer_bias": Key("bool", True),
-    },
-    "params": {
-        "optimizer": Key("str", "Adam", choices=("Adam", "LazyAdam", "AdamW", "SGD")),
-        "optimizer_params": Key("dict", {}),
-        "learning_rate": Key("float", 1.0),
-        "decay_type": Key("str", None, choices=("NoamDecay", "InvSqrtDecay")),
-        "decay_params": Key("dict", {}),
-        "decay_step_duration": Key("int", 1),
-        "start_decay_steps": Key("int", 0),
-        "minimum_learning_rate": Key("float", 0.0),
-        "label_smoothing": Key("float", 0.0),
-        "average_loss_in_time": Key("bool"),
-        "beam_width": Key("int", 1),
-        "length_penalty": Key("float", 0.0),
-        "maximum_decoding_length": Key("int", 250),
-        "minimum_decoding_length": Key("int", 0),
-        "num_hypotheses": Key("int"),
-    },
-    "train": {
-        "batch_type": Key("str", "examples", choices=("examples", "tokens")),
-        "batch_size": Key("int"),  # required to train (checked there)
-        "effective_batch_size": Key("int"),
-        "batch_size_multiple": Key("int"),
-        "length_bucket_width": Key("int", 2),
-        "batching": Key("str", "sorted", choices=("sorted", "opennmt")),
-        "pad_to_multiple": Key("int", 1),
-        "maximum_features_length": Key("int"),
-        "maximum_labels_length": Key("int"),
-        "sample_buffer_size": Key("int", 500000),
-        "max_step": Key("int"),
-        "save_checkpoints_steps": Key("int", 5000),
-        "keep_checkpoint_max": Key("int", 8),
-        "save_summary_steps": Key("int", 100),
-        "mixed_precision": Key("str", "false", choices=("false", "true", "float16", "bfloat16")),
-        "jit_compile": Key("bool", False),
-        "sub_batches": Key("int", 1),
-        "seed": Key("int", 1234),
-        "num_devices": Key("int", 1),
-        "single_pass": Key("bool", False),
-    },
-    "eval": {
-        "steps": Key("int", 5000),
-        "batch_size": Key("int", 32),
-        "batch_type": Key("str", "examples", choices=("examples", "tokens")),
-        "length_bucket_width": Key("int"),
-        "scorers": Key("list", []),
-        "early_stopping": {
-            "metric": Key("str", "loss"),
-            "min_improvement": Key("float", 0.0),
-            "steps": Key("int"),
-        },
-        "save_eval_predictions": Key("bool", False),
-    },
-    "infer": {
-        "batch_size": Key("int", 16),
-        "batch_type": Key("str", "examples", choices=("examples", "tokens")),
-        "length_bucket_width": Key("int"),
-        "n_best": Key("int", 1),
-        "with_scores": Key("bool", False),
-    },
-    "score": {
-        "batch_size": Key("int", 64),
-        "batch_type": Key("str", "examples", choices=("examples", "tokens")),
-        "length_bucket_width": Key("int"),
-    },
+def key(kind, default=None, choices=None, minimum=None, nullable=True):
+    """A section field declared with its schema leaf (see `Key`)."""
+    leaf = Key(kind, default, choices, minimum, nullable)
+    return dataclasses.field(default=None, metadata={"key": leaf})
+
+
+def section(cls, optional=False):
+    """A nested section field; `optional` ones stay None unless the user writes them."""
+    return dataclasses.field(default=None, metadata={"section": cls, "optional": optional})
+
+
+def _frozen(value):
+    if isinstance(value, dict):
+        return types.MappingProxyType({k: _frozen(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return tuple(_frozen(v) for v in value)
+    return value
+
+
+# ----------------------------------------------------------------------------------------------
+# The sections. Field defaults live in `key(...)`; auto_config's overrides in AUTO_CONFIG below.
+
+
+@dataclasses.dataclass(frozen=True)
+class Tokenization:
+    type: str = key("str", "sentencepiece", choices=("sentencepiece", "space"))
+    model: str = key("path")
+    # Used by `build-vocab` to train the SentencePiece model:
+    vocabulary_size: int = key("int", 8000, minimum=1)
+    model_type: str = key("str", "unigram", choices=("unigram", "bpe"))
+    character_coverage: float = key("float", 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+    train_features_file: str = key("path")
+    train_labels_file: str = key("path")
+    eval_features_file: str = key("path")
+    eval_labels_file: str = key("path")
+    source_vocabulary: str = key("path")
+    target_vocabulary: str = key("path")
+    source_tokenization: Tokenization = section(Tokenization, optional=True)
+    target_tokenization: Tokenization = section(Tokenization, optional=True)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    preset: str = key("str", None, choices=tuple(PRESETS))
+    num_layers: int = key("int", minimum=1)
+    num_units: int = key("int", minimum=1)
+    num_heads: int = key("int", minimum=1)
+    ffn_inner_dim: int = key("int", minimum=1)
+    dropout: float = key("float")
+    attention_dropout: float = key("float")
+    ffn_dropout: float = key("float")
+    ffn_activation: str = key("str", "relu", choices=("relu", "gelu", "swish"))
+    maximum_relative_position: int = key("int", minimum=1)
+    pre_norm: bool = key("bool")
+    position_encoding: str = key("str", "auto", choices=("auto", "sinusoidal", "none"))
+    share_embeddings: str = key("str", None, choices=SHARE_EMBEDDINGS)
+    output_layer_bias: bool = key("bool", True)
+
+
+# Model values when neither the user nor the preset sets them.
+MODEL_DEFAULTS = {"dropout": 0.1, "attention_dropout": 0.1, "ffn_dropout": 0.1, "pre_norm": True,
+                  "share_embeddings": "none"}
+# optimizer_params accepted by each optimizer (Keras' names).
+OPTIMIZER_KEYS = {
+    "Adam": {"beta_1", "beta_2", "epsilon", "amsgrad", "clipnorm", "global_clipnorm", "clipvalue"},
+    "SGD": {"momentum", "nesterov", "clipnorm", "global_clipnorm", "clipvalue"},
 }
+OPTIMIZER_KEYS["LazyAdam"] = OPTIMIZER_KEYS["Adam"]
+OPTIMIZER_KEYS["AdamW"] = OPTIMIZER_KEYS["Adam"] | {"weight_decay"}
+# decay_params of each schedule: (required keys, optional keys).
+DECAY_KEYS = {"NoamDecay": ({"model_dim", "warmup_steps"}, {"scale"}),
+              "InvSqrtDecay": ({"warmup_steps"}, {"learning_rate"})}
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamsConfig:
+    optimizer: str = key("str", "Adam", choices=tuple(OPTIMIZER_KEYS))
+    optimizer_params: typing.Mapping = key("dict", {})
+    learning_rate: float = key("float", 1.0, minimum=0)
+    decay_type: str = key("str", None, choices=tuple(DECAY_KEYS))
+    decay_params: typing.Mapping = key("dict", {})
+    decay_step_duration: int = key("int", 1, minimum=1)
+    start_decay_steps: int = key("int", 0, minimum=0)
+    minimum_learning_rate: float = key("float", 0.0, minimum=0)
+    label_smoothing: float = key("float", 0.0)
+    average_loss_in_time: bool = key("bool")
+    beam_width: int = key("int", 1, minimum=1)
+    length_penalty: float = key("float", 0.0)
+    maximum_decoding_length: int = key("int", 250, minimum=1)
+    minimum_decoding_length: int = key("int", 0, minimum=0)
+    num_hypotheses: int = key("int", minimum=1)
+
+
+MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
+                            "bfloat16": "mixed_bfloat16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    batch_type: str = key("str", "examples", choices=("examples", "tokens"))
+    batch_size: int = key("int", minimum=1)  # required to train (check_training)
+    effective_batch_size: int = key("int", minimum=1)
+    batch_size_multiple: int = key("int", minimum=1)
+    length_bucket_width: int = key("int", 2, minimum=0)
+    batching: str = key("str", "sorted", choices=("sorted", "opennmt"))
+    pad_to_multiple: int = key("int", 1, minimum=1)
+    maximum_features_length: int = key("int", minimum=1)
+    maximum_labels_length: int = key("int", minimum=1)
+    sample_buffer_size: int = key("int", 500000)
+    max_step: int = key("int", minimum=1)
+    save_checkpoints_steps: int = key("int", 5000, minimum=1)
+    keep_checkpoint_max: int = key("int", 8, minimum=1)
+    save_summary_steps: int = key("int", 100, minimum=1)
+    mixed_precision: str = key("str", "false", choices=tuple(MIXED_PRECISION_POLICIES))
+    jit_compile: bool = key("bool", False)
+    sub_batches: int = key("int", 1, minimum=1)
+    seed: int = key("int", 1234)
+    num_devices: int = key("int", 1, minimum=1)
+    single_pass: bool = key("bool", False)
+
+    @property
+    def dtype_policy(self):
+        """The Keras dtype policy name of `mixed_precision`."""
+        return MIXED_PRECISION_POLICIES[self.mixed_precision]
+
+    @property
+    def batch_size_multiple_or_default(self):
+        """batch_size_multiple, else 8 for token batches in half precision (Tensor Core shapes,
+        as OpenNMT-tf does with mixed precision), else 1."""
+        if self.batch_size_multiple:
+            return self.batch_size_multiple
+        return 8 if self.batch_type == "tokens" and self.dtype_policy != "float32" else 1
+
+
+LOWER_IS_BETTER = ("loss", "perplexity")
+SCORERS = ("bleu", "chrf")
+
+
+@dataclasses.dataclass(frozen=True)
+class EarlyStopping:
+    metric: str = key("str", "loss")
+    min_improvement: float = key("float", 0.0, minimum=0)
+    steps: int = key("int")
+
+    @property
+    def higher_is_better(self):
+        return self.metric not in LOWER_IS_BETTER
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+    steps: int = key("int", 5000, minimum=0)
+    batch_size: int = key("int", 32, minimum=1)
+    batch_type: str = key("str", "examples", choices=("examples", "tokens"))
+    length_bucket_width: int = key("int", minimum=0)
+    scorers: tuple = key("list", [])
+    early_stopping: EarlyStopping = section(EarlyStopping, optional=True)
+    save_eval_predictions: bool = key("bool", False)
+
+
+@dataclasses.dataclass(frozen=True)
+class InferConfig:
+    batch_size: int = key("int", 16, minimum=1)
+    batch_type: str = key("str", "examples", choices=("examples", "tokens"))
+    length_bucket_width: int = key("int", minimum=0)
+    n_best: int = key("int", 1, minimum=1)
+    with_scores: bool = key("bool", False)
+    # Not an OpenNMT-tf key (it translates every line whole): a longer line is translated from its
+    # first maximum_features_length tokens, with a warning naming it, rather than exhausting the
+    # memory (self-attention grows with the square of the length). null: no limit.
+    maximum_features_length: int = key("int", 1024, minimum=1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreConfig:
+    batch_size: int = key("int", 64, minimum=1)
+    batch_type: str = key("str", "examples", choices=("examples", "tokens"))
+    length_bucket_width: int = key("int", minimum=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    model_dir: str = key("path", REQUIRED, nullable=False)
+    auto_config: bool = key("bool", True, nullable=False)
+    data: DataConfig = section(DataConfig)
+    model: ModelConfig = section(ModelConfig)
+    params: ParamsConfig = section(ParamsConfig)
+    train: TrainConfig = section(TrainConfig)
+    eval: EvalConfig = section(EvalConfig)
+    infer: InferConfig = section(InferConfig)
+    score: ScoreConfig = section(ScoreConfig)
+
+    def replace(self, **sections):
+        """A copy with some sections (or fields) replaced: `config.replace(params=...)`."""
+        return dataclasses.replace(self, **sections)
+
+    def check_training(self):
+        """What `train` needs beyond a valid config (other commands do without it)."""
+        for name in ("train_features_file", "train_labels_file"):
+            if not getattr(self.data, name):
+                raise ConfigError(f"data.{name} must be set to train")
+        if not self.train.batch_size:
+            raise ConfigError("train.batch_size must be set to train")
+
+    @property
+    def with_evaluation(self):
+        return bool(self.data.eval_features_file and self.data.eval_labels_file)
+
+
+def _schema(cls):
+    """{name: Key or nested schema} derived from a section's declaration."""
+    result = {}
+    for f in dataclasses.fields(cls):
+        result[f.name] = _schema(f.metadata["section"]) if "section" in f.metadata else f.metadata["key"]
+    return result
+
+
+SCHEMA = _schema(Config)
 
 # OpenNMT-tf's `Transformer.auto_config()` (applied unless `auto_config: false`).
 # `num_units` of decay_params.model_dim is filled from the model section.
@@ -167,9 +296,6 @@ AUTO_CONFIG = {
     "infer": {"batch_size": 32, "length_bucket_width": 5},
 }
 
-# Sections that stay None unless the user writes them; then their defaults are filled in.
-OPTIONAL_SECTIONS = ("source_tokenization", "target_tokenization", "early_stopping")
-
 # Keys replaced as a whole rather than merged key by key (as OpenNMT-tf does).
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
 PATH_KEYS = (
@@ -181,21 +307,21 @@ PATH_KEYS = (
 def merge(base, update):
     """Recursive dict merge, `update` winning; REPLACED_WHOLE keys are replaced."""
     result = copy.deepcopy(base)
-    for key, value in update.items():
-        if isinstance(value, dict) and isinstance(result.get(key), dict) and key not in REPLACED_WHOLE:
-            result[key] = merge(result[key], value)
+    for name, value in update.items():
+        if isinstance(value, dict) and isinstance(result.get(name), dict) and name not in REPLACED_WHOLE:
+            result[name] = merge(result[name], value)
         else:
-            result[key] = copy.deepcopy(value)
+            result[name] = copy.deepcopy(value)
     return result
 
 
-def _check(value, key, where):
+def _check(value, leaf, where):
     """Validates one leaf value; returns it normalised."""
     if value is None:
-        if key.nullable:
+        if leaf.nullable:
             return None
         raise ConfigError(f"{where}: must be set")
-    kind = key.kind
+    kind = leaf.kind
     if kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
@@ -221,8 +347,11 @@ def _check(value, key, where):
             value = [value]
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-    if key.choices is not None and value not in key.choices:
-        raise ConfigError(f"{where}: must be one of {', '.join(map(str, key.choices))}; got {value!r}")
+    if leaf.choices is not None and value not in leaf.choices:
+        raise ConfigError(f"{where}: must be one of {', '.join(map(str, leaf.choices))}; got {value!r}")
+    if leaf.minimum is not None and value < leaf.minimum:
+        # (where = "file: section.key": the message reads "file: section.key must be ...")
+        raise ConfigError(f"{where} must be at least {leaf.minimum}, got {value}")
     return value
 
 
@@ -245,14 +374,27 @@ def _validate(user, schema, prefix, source):
             user[name] = _check(value, spec, where)
 
 
-def _defaults(schema):
+def _defaults(cls):
+    """The default values of a section (and of its non-optional sub-sections), as a dict."""
     result = {}
-    for name, spec in schema.items():
-        if isinstance(spec, dict):
-            result[name] = None if name in OPTIONAL_SECTIONS else _defaults(spec)
-        elif spec.default is not REQUIRED:
-            result[name] = copy.deepcopy(spec.default)
+    for f in dataclasses.fields(cls):
+        if "section" in f.metadata:
+            result[f.name] = None if f.metadata["optional"] else _defaults(f.metadata["section"])
+        elif f.metadata["key"].default is not REQUIRED:
+            result[f.name] = copy.deepcopy(f.metadata["key"].default)
     return result
+
+
+def _typed(cls, values):
+    """The frozen section `cls` from a complete dict (dicts and lists frozen too)."""
+    fields = {}
+    for f in dataclasses.fields(cls):
+        value = values.get(f.name)
+        if "section" in f.metadata:
+            fields[f.name] = None if value is None else _typed(f.metadata["section"], value)
+        else:
+            fields[f.name] = _frozen(value)
+    return cls(**fields)
 
 
 def _resolve_path(path, model_dir):
@@ -264,11 +406,9 @@ def _resolve_path(path, model_dir):
     return candidate if os.path.exists(candidate) else path
 
 
-def _finalize(config, source):
-    model = config["model"]
+def _finalize_model(model, source):
     preset = model.get("preset")
-    base = dict(PRESETS[preset]) if preset else {}
-    for name, value in base.items():
+    for name, value in (PRESETS[preset] if preset else {}).items():
         if model.get(name) is None:
             model[name] = value
     missing = [k for k in ("num_layers", "num_units", "num_heads", "ffn_inner_dim") if model.get(k) is None]
@@ -277,65 +417,121 @@ def _finalize(config, source):
             f"{source}: model.{missing[0]} is not set (set it, or choose a model.preset among "
             f"{', '.join(PRESETS)})"
         )
-    defaults = {"dropout": 0.1, "attention_dropout": 0.1, "ffn_dropout": 0.1, "pre_norm": True,
-                "share_embeddings": "none"}
-    for name, value in defaults.items():
+    for name, value in MODEL_DEFAULTS.items():
         if model.get(name) is None:
             model[name] = value
-    # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling; a negative
-    # one would keep every unit and scale it down)
-    for section, name in (("model", "dropout"), ("model", "attention_dropout"),
-                          ("model", "ffn_dropout"), ("params", "label_smoothing")):
-        value = config[section].get(name)
-        if value is not None and not 0.0 <= value < 1.0:
-            raise ConfigError(f"{source}: {section}.{name} must be in [0, 1), got {value}")
     if model["num_units"] % model["num_heads"] != 0:
         raise ConfigError(
             f"{source}: model.num_units ({model['num_units']}) must be divisible by "
             f"model.num_heads ({model['num_heads']})"
         )
-    params = config["params"]
-    if params.get("decay_type") == "NoamDecay":
-        params["decay_params"].setdefault("model_dim", model["num_units"])
-        params["decay_params"].setdefault("warmup_steps", 8000)
-    train = config["train"]
-    if params.get("average_loss_in_time") is None:
+
+
+def _finalize_params(params, model, train, source):
+    optimizer_params = params["optimizer_params"]
+    unknown = sorted(set(optimizer_params) - OPTIMIZER_KEYS[params["optimizer"]])
+    if unknown:
+        raise ConfigError(f"{source}: params.optimizer_params: unknown keys for {params['optimizer']}: {unknown}")
+    decay_type, decay_params = params["decay_type"], params["decay_params"]
+    if decay_type is not None:
+        if decay_type == "NoamDecay":
+            decay_params.setdefault("model_dim", model["num_units"])
+            decay_params.setdefault("warmup_steps", 8000)
+        required, optional = DECAY_KEYS[decay_type]
+        unknown = sorted(set(decay_params) - required - optional)
+        if unknown:
+            raise ConfigError(f"{source}: params.decay_params: unknown keys for {decay_type}: {unknown}")
+        for name in sorted(required):
+            value = decay_params.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(
+                    f"{source}: params.decay_params.{name} must be a positive integer for "
+                    f"{decay_type}, got {value!r}")
+    if params["average_loss_in_time"] is None:
         params["average_loss_in_time"] = train["batch_type"] == "tokens"
-    if params.get("num_hypotheses") is None:
+
+
+def _finalize(config, source):
+    model, params, train, evaluation = config["model"], config["params"], config["train"], config["eval"]
+    _finalize_model(model, source)
+    # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling; a negative
+    # one would keep every unit and scale it down)
+    for section_name, name in (("model", "dropout"), ("model", "attention_dropout"),
+                               ("model", "ffn_dropout"), ("params", "label_smoothing")):
+        value = config[section_name].get(name)
+        if value is not None and not 0.0 <= value < 1.0:
+            raise ConfigError(f"{source}: {section_name}.{name} must be in [0, 1), got {value}")
+    _finalize_params(params, model, train, source)
+    if params["num_hypotheses"] is None:
         params["num_hypotheses"] = config["infer"]["n_best"]
-    if config["infer"]["n_best"] > max(1, params["beam_width"]):
+    if config["infer"]["n_best"] > params["beam_width"]:
         raise ConfigError(
             f"{source}: infer.n_best ({config['infer']['n_best']}) cannot exceed params.beam_width "
             f"({params['beam_width']})"
         )
     if train["batch_type"] == "tokens" and not train.get("length_bucket_width"):
         raise ConfigError(f"{source}: train.length_bucket_width must be set with batch_type: tokens")
-    if train["sub_batches"] < 1:
-        raise ConfigError(f"{source}: train.sub_batches must be at least 1, got {train['sub_batches']}")
-    for section in ("train", "eval", "infer", "score"):
-        size = config[section].get("batch_size")
-        if size is not None and size <= 0:
-            raise ConfigError(f"{source}: {section}.batch_size must be positive, got {size}")
-    stopping = config["eval"]["early_stopping"]
+    evaluation["scorers"] = scorers = [str(s).lower() for s in evaluation["scorers"]]
+    unknown = [s for s in scorers if s not in SCORERS]
+    if unknown:
+        raise ConfigError(f"{source}: eval.scorers: unknown scorer(s) {unknown}; available: {sorted(SCORERS)}")
+    stopping = evaluation["early_stopping"]
     if stopping is not None:
-        config["eval"]["early_stopping"] = stopping = merge(_defaults(SCHEMA["eval"]["early_stopping"]), stopping)
+        evaluation["early_stopping"] = stopping = merge(_defaults(EarlyStopping), stopping)
         if stopping["steps"] is None or stopping["steps"] <= 0:
             raise ConfigError(f"{source}: eval.early_stopping.steps must be a positive integer")
+        metrics = list(LOWER_IS_BETTER) + scorers
+        if stopping["metric"] not in metrics:
+            raise ConfigError(
+                f"{source}: eval.early_stopping.metric: {stopping['metric']!r} is never computed; "
+                f"choose one of {', '.join(metrics)} (a scorer must also be listed in eval.scorers)")
     model_dir = config["model_dir"]
     data = config["data"]
     for name in PATH_KEYS:
         data[name] = _resolve_path(data.get(name), model_dir)
     for side in ("source_tokenization", "target_tokenization"):
         if data[side] is not None:
-            data[side] = tokenization = merge(_defaults(SCHEMA["data"][side]), data[side])
+            data[side] = tokenization = merge(_defaults(Tokenization), data[side])
             if tokenization["type"] == "sentencepiece" and not tokenization["model"]:
                 raise ConfigError(f"{source}: data.{side}.model must name the SentencePiece model file")
             tokenization["model"] = _resolve_path(tokenization["model"], model_dir)
     return config
 
 
+def _duplicate_keys(node, prefix="", seen_nodes=None):
+    """Raises ConfigError at the first key written twice in one mapping of a YAML node tree,
+    naming the file, the key path and both lines."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:  # an alias of a node already checked
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<:` merges are meant to be overridden
+            name, line = key_node.value, key_node.start_mark.line + 1
+            if name in lines:
+                raise ConfigError(f"{key_node.start_mark.name}, line {line}: duplicate key "
+                                  f"{prefix}{name} (first set on line {lines[name]})")
+            lines[name] = line
+            _duplicate_keys(value_node, f"{prefix}{name}.", seen_nodes)
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _duplicate_keys(item, prefix, seen_nodes)
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """yaml.safe_load, except that a key written twice in one mapping is an error: PyYAML keeps
+    the last value silently, so one of the two settings would be ignored without a word."""
+
+    def construct_document(self, node):
+        _duplicate_keys(node)
+        return super().construct_document(node)
+
+
 def load_config(paths, overrides=None):
-    """Reads, merges and validates YAML config files; returns the complete config dict.
+    """Reads, merges and validates YAML config files; returns the complete, frozen `Config`.
 
     `overrides` is an optional dict (e.g. from the command line) merged last.
     """
@@ -348,11 +544,18 @@ def load_config(paths, overrides=None):
         names.append(path)
         try:
             with open(path, encoding="utf-8") as f:
-                content = yaml.safe_load(f)
+                content = yaml.load(f, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
         except FileNotFoundError:
             raise ConfigError(f"config file {path} not found") from None
-        except yaml.YAMLError as error:
-            raise ConfigError(f"{path}: invalid YAML: {error}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"config file {path} is a directory") from None
+        except UnicodeDecodeError as error:
+            raise ConfigError(f"{path}: not UTF-8 text ({error.reason})") from None
+        except yaml.YAMLError as error:  # (its own text spans several lines)
+            mark = getattr(error, "problem_mark", None)
+            where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+            problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+            raise ConfigError(f"{path}: invalid YAML{where}: {problem}") from None
         if content is None:
             content = {}
         _validate(content, SCHEMA, "", path)
@@ -364,14 +567,14 @@ def load_config(paths, overrides=None):
 
 
 def build_config(user, source="config"):
-    """Completes an already-parsed config dict (validated here too)."""
+    """The `Config` of an already-parsed config dict (validated here too)."""
     user = copy.deepcopy(user)
     _validate(user, SCHEMA, "", source)
     if "model_dir" not in user:
         raise ConfigError(f"{source}: model_dir must be set")
-    config = _defaults(SCHEMA)
+    config = _defaults(Config)
     if user.get("auto_config", True):
         config = merge(config, AUTO_CONFIG)
     # Sections given as null in YAML mean "defaults".
     config = merge(config, {k: v for k, v in user.items() if v is not None})
-    return _finalize(config, source)
+    return _typed(Config, _finalize(config, source))

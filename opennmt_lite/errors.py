@@ -1,17 +1,56 @@
-"""Telling a user's mistake from a bug, so the CLI prints the first plainly and the second fully."""
+"""What the user did wrong, as opposed to a bug.
 
-import os
-import traceback
+An error is a user error by construction: the code that knows what the user did wrong (a config
+value, a command-line option, a missing or damaged file, a model_dir held by another trainer...)
+raises a `UserError`, whose message names the key, option or file. `run.py` prints it as
+`error: <message>` and exits with status 2. Every other exception is a bug: `run.py` prints its
+traceback and a line saying so, and exits with status 1.
 
-PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-USER_ERROR_TYPES = (ValueError, TypeError, FileNotFoundError, IsADirectoryError, RuntimeError)
+The error types of the modules (ConfigError, CheckpointError, DataError, VocabularyError,
+DistributionError, TrainingError...) derive from `UserError` and also from the built-in type a
+caller would catch (ValueError, FileNotFoundError...), so `except ValueError` keeps working.
+"""
+
+import signal
+
+EXIT_BUG = 1
+EXIT_USER_ERROR = 2
 
 
-def is_user_error(error):
-    """True for errors raised by opennmt-lite's own checks (config, data, checkpoints...): an
-    exception of a plain type whose innermost frame is in this package. An error raised inside
-    TensorFlow or Keras is treated as a bug and shown with its traceback."""
-    if not isinstance(error, USER_ERROR_TYPES):
-        return False
-    frames = traceback.extract_tb(error.__traceback__)
-    return bool(frames) and os.path.abspath(frames[-1].filename).startswith(PACKAGE_DIR)
+class UserError(Exception):
+    """A mistake of the user's that the program can name; the message says what and where."""
+
+
+class ArgumentError(UserError, ValueError):
+    """A command-line value that cannot be used (named with its option)."""
+
+
+class MissingFileError(UserError, FileNotFoundError):
+    """A file the user named (in the config or on the command line) does not exist."""
+
+
+class NotAFileError(UserError, IsADirectoryError):
+    """A path the user named as a file is a directory."""
+
+
+class OutputError(UserError, OSError):
+    """An output the user named cannot be written there (exists, not a directory, read-only)."""
+
+
+class BusyError(UserError, RuntimeError):
+    """Another process holds what this one needs (a model_dir being trained)."""
+
+
+class Interrupted(BaseException):
+    """A run stopped by a signal (after saving what it had, for `train`): `run.py` prints the
+    message and exits with the status shells and schedulers expect, 128 + the signal number (130
+    for SIGINT, 143 for SIGTERM). A BaseException, like KeyboardInterrupt: no `except Exception`
+    on the way out may swallow it."""
+
+    def __init__(self, signum, message=""):
+        super().__init__(message or f"stopped by {signal.Signals(signum).name}")
+        self.signum = int(signum)
+
+    @property
+    def exit_code(self):
+        return 128 + self.signum

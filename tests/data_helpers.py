@@ -30,7 +30,7 @@ def scratch_dir():
 def sp_models():
     """{"source_model", "target_model", "source_vocabulary", "target_vocabulary"} of 1000-piece
     unigram models trained on data/train.{en,de} (once per test process)."""
-    from opennmt_lite.build_vocab import build_vocab
+    from opennmt_lite.data.vocab_builder import build_vocab
 
     directory = scratch_dir()
     return build_vocab(

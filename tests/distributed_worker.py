@@ -19,9 +19,8 @@ def one_step(out):
     import keras
     import tensorflow as tf
 
-    from opennmt_lite.distribute import configure_devices
-    from opennmt_lite.optimizers import make_optimizer
-    from opennmt_lite.training_step import make_train_step
+    from opennmt_lite.training.distribute import configure_devices
+    from training_helpers import make_optimizer, make_train_step
     from test_accumulation import SGD_PARAMS, make_batch, make_examples, make_model
 
     devices = configure_devices(2)
@@ -57,11 +56,11 @@ def one_step(out):
 
 def train(config_path, out, num_devices=None):
     from opennmt_lite.config import load_config
-    from opennmt_lite.training import Trainer
+    from opennmt_lite import build
     from opennmt_lite.variables import named_variables
 
     overrides = {"train": {"num_devices": int(num_devices)}} if num_devices else None
-    trainer = Trainer(load_config(config_path, overrides))
+    trainer = build.trainer(load_config(config_path, overrides))
     summary = trainer.run()
     weights = {k: v.numpy() for k, v in named_variables(trainer.model, include_seeds=False).items()}
     weights["__step__"] = np.array(summary["step"])

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from opennmt_lite.encoders import SelfAttentionEncoder
-from opennmt_lite.inputters import WordEmbedder
+from opennmt_lite.models.encoders import SelfAttentionEncoder
+from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.variables import named_variables
 
 # The worked example: a vocabulary of 26, depth 4, 2 heads, relative positions up to 8, a batch

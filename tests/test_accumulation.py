@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 
 from opennmt_lite.models import Transformer
-from opennmt_lite.optimizers import make_optimizer
-from opennmt_lite.training_step import accumulate_gradients, make_train_step, split_batch
+from opennmt_lite.training.step import split_batch
+from training_helpers import accumulate_gradients, make_optimizer, make_train_step
 
 PARAMS = {"optimizer": "Adam", "optimizer_params": {"beta_1": 0.9, "beta_2": 0.998},
           "learning_rate": 2.0, "decay_type": "NoamDecay",

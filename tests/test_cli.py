@@ -48,12 +48,11 @@ def test_inspect_prints_every_tensor_and_saves_heat_maps(tmp_path, capsys):
 
 def test_trace_encoder_api_matches_fixture():
     from opennmt_lite.config import load_config
-    from opennmt_lite.inspection import trace_encoder
-    from opennmt_lite.resources import create_model, load_assets, restore_weights
+    from opennmt_lite.inspection.text import trace_encoder
+    from opennmt_lite import build
 
     config = load_config(CONFIG)
-    model = create_model(config, load_assets(config))
-    restore_weights(config, model)
+    model, _, _ = build.inference_model(config)
     expected = np.load(ONMT_FIXTURE / "expected.npz")
     tensors = trace_encoder(model, expected["source_ids"], expected["source_length"])
     assert np.abs(tensors["encoder/output"] - expected["encoder_output"]).max() <= 1e-5

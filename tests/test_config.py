@@ -16,44 +16,44 @@ def write(tmp_path, content, name="config.yml"):
 
 def test_auto_config_defaults_are_opennmt_transformer_defaults(tmp_path):
     config = load_config(write(tmp_path, MINIMAL))
-    params, train = config["params"], config["train"]
-    assert params["optimizer"] == "LazyAdam" and params["optimizer_params"] == {"beta_1": 0.9, "beta_2": 0.998}
-    assert params["learning_rate"] == 2.0 and params["decay_type"] == "NoamDecay"
-    assert params["decay_params"] == {"model_dim": 512, "warmup_steps": 8000}
-    assert params["label_smoothing"] == 0.1 and params["beam_width"] == 4
-    assert params["average_loss_in_time"] is True
-    assert train["batch_type"] == "tokens" and train["batch_size"] == 3072
-    assert train["effective_batch_size"] == 25000 and train["max_step"] == 500000
-    assert train["maximum_features_length"] == 100 and train["sample_buffer_size"] == -1
-    assert train["keep_checkpoint_max"] == 8 and train["save_checkpoints_steps"] == 5000
-    assert config["infer"]["batch_size"] == 32 and config["eval"]["length_bucket_width"] == 5
-    model = config["model"]
-    assert (model["num_layers"], model["num_units"], model["num_heads"], model["ffn_inner_dim"]) == (6, 512, 8, 2048)
-    assert model["maximum_relative_position"] == 20 and model["pre_norm"] is True
+    params, train = config.params, config.train
+    assert params.optimizer == "LazyAdam" and params.optimizer_params == {"beta_1": 0.9, "beta_2": 0.998}
+    assert params.learning_rate == 2.0 and params.decay_type == "NoamDecay"
+    assert params.decay_params == {"model_dim": 512, "warmup_steps": 8000}
+    assert params.label_smoothing == 0.1 and params.beam_width == 4
+    assert params.average_loss_in_time is True
+    assert train.batch_type == "tokens" and train.batch_size == 3072
+    assert train.effective_batch_size == 25000 and train.max_step == 500000
+    assert train.maximum_features_length == 100 and train.sample_buffer_size == -1
+    assert train.keep_checkpoint_max == 8 and train.save_checkpoints_steps == 5000
+    assert config.infer.batch_size == 32 and config.eval.length_bucket_width == 5
+    model = config.model
+    assert (model.num_layers, model.num_units, model.num_heads, model.ffn_inner_dim) == (6, 512, 8, 2048)
+    assert model.maximum_relative_position == 20 and model.pre_norm is True
 
 
 def test_user_values_win_and_params_dicts_are_replaced_whole(tmp_path):
     user = dict(MINIMAL, params={"optimizer_params": {"beta_2": 0.98}, "learning_rate": 1.0},
                 train={"batch_size": 1024}, model={"preset": "TransformerBig", "num_layers": 2})
     config = load_config(write(tmp_path, user))
-    assert config["params"]["optimizer_params"] == {"beta_2": 0.98}  # beta_1 not merged in
-    assert config["params"]["learning_rate"] == 1.0
-    assert config["train"]["batch_size"] == 1024 and config["train"]["effective_batch_size"] == 25000
-    assert config["model"]["num_layers"] == 2 and config["model"]["num_units"] == 1024
+    assert config.params.optimizer_params == {"beta_2": 0.98}  # beta_1 not merged in
+    assert config.params.learning_rate == 1.0
+    assert config.train.batch_size == 1024 and config.train.effective_batch_size == 25000
+    assert config.model.num_layers == 2 and config.model.num_units == 1024
 
 
 def test_several_files_merge_left_to_right(tmp_path):
     first = write(tmp_path, MINIMAL, "a.yml")
     second = write(tmp_path, {"train": {"batch_size": 77}, "model": {"num_heads": 4}}, "b.yml")
     config = load_config([first, second])
-    assert config["train"]["batch_size"] == 77 and config["model"]["num_heads"] == 4
+    assert config.train.batch_size == 77 and config.model.num_heads == 4
 
 
 def test_without_auto_config_opennmt_fallbacks_apply(tmp_path):
     config = load_config(write(tmp_path, dict(MINIMAL, auto_config=False)))
-    assert config["train"]["batch_type"] == "examples" and config["train"]["length_bucket_width"] == 2
-    assert config["train"]["sample_buffer_size"] == 500000 and config["params"]["beam_width"] == 1
-    assert config["train"]["effective_batch_size"] is None
+    assert config.train.batch_type == "examples" and config.train.length_bucket_width == 2
+    assert config.train.sample_buffer_size == 500000 and config.params.beam_width == 1
+    assert config.train.effective_batch_size is None
 
 
 @pytest.mark.parametrize(
@@ -92,7 +92,7 @@ def test_missing_config_file(tmp_path):
 
 def test_mixed_precision_accepts_booleans(tmp_path):
     config = load_config(write(tmp_path, dict(MINIMAL, train={"mixed_precision": True})))
-    assert config["train"]["mixed_precision"] == "true"
+    assert config.train.mixed_precision == "true"
 
 
 def test_relative_data_paths_resolve_under_model_dir(tmp_path):
@@ -102,8 +102,8 @@ def test_relative_data_paths_resolve_under_model_dir(tmp_path):
     content = dict(MINIMAL, model_dir=str(model_dir), data={"source_vocabulary": "src-vocab.txt",
                                                             "target_vocabulary": "elsewhere.txt"})
     config = load_config(write(tmp_path, content))
-    assert config["data"]["source_vocabulary"] == str(model_dir / "src-vocab.txt")
-    assert config["data"]["target_vocabulary"] == "elsewhere.txt"  # not found anywhere: as given
+    assert config.data.source_vocabulary == str(model_dir / "src-vocab.txt")
+    assert config.data.target_vocabulary == "elsewhere.txt"  # not found anywhere: as given
 
 
 def test_shipped_configs_load_with_their_presets():
@@ -116,11 +116,11 @@ def test_shipped_configs_load_with_their_presets():
     assert "sample.yml" in names and len(names) >= 6
     for path in sorted(directory.glob("*.yml")):
         config = load_config(str(path))
-        preset = config["model"]["preset"]
+        preset = config.model.preset
         if preset:
             for key, value in PRESETS[preset].items():
-                assert config["model"][key] == value, (path.name, key)
-        assert config["data"]["train_features_file"] == "data/train.en"
+                assert getattr(config.model, key) == value, (path.name, key)
+        assert config.data.train_features_file == "data/train.en"
 
 
 def test_catalog_presets_match_opennmt_catalog():

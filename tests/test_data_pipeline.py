@@ -25,10 +25,7 @@ from opennmt_lite.data import (
     TrainingInput,
     accum_steps,
     filter_mask,
-    group_dataset,
     load_parallel_corpus,
-    make_inference_dataset,
-    make_training_dataset,
     padding_stats,
     plan_opennmt_batches,
     read_lines,
@@ -37,7 +34,7 @@ from opennmt_lite.data import (
 )
 from opennmt_lite.data.batching import opennmt_bucket, opennmt_shuffle, opennmt_window_size
 from opennmt_lite.data.pipeline import pad_parallel_batch
-from opennmt_lite.vocab import Vocabulary
+from opennmt_lite.data.vocab import Vocabulary
 
 MAX_LEN = 100
 BATCH = 4096
@@ -411,27 +408,23 @@ def test_tf_dataset_elements_and_accumulation():
     corpus = train_corpus(MAX_LEN, MAX_LEN)
     plain = TrainingInput(corpus=corpus, batch_size=BATCH, seed=5, repeat=False)
     grouped = TrainingInput(corpus=corpus, batch_size=BATCH, seed=5, repeat=False, accum_steps=3)
+    # The dataset yields what the train step consumes: groups of accum_steps batches.
     dataset = plain.dataset()
-    spec = dataset.element_spec
+    assert isinstance(dataset.element_spec, tuple) and len(dataset.element_spec) == 1
+    spec = dataset.element_spec[0]
     assert set(spec) == {"source_ids", "source_length", "target_ids_in", "target_ids_out",
                          "target_length"}
     assert spec["source_ids"].shape.as_list() == [None, None] and spec["source_ids"].dtype == tf.int32
-    flat = [tf.nest.map_structure(lambda t: t.numpy(), b) for b in dataset.take(9)]
+    flat = [tf.nest.map_structure(lambda t: t.numpy(), g[0]) for g in dataset.take(9)]
     groups = list(grouped.dataset().take(3))
     assert isinstance(grouped.dataset().element_spec, tuple) and len(groups[0]) == 3
     for g, group in enumerate(groups):
         for k, batch in enumerate(group):
             for key in batch:
                 np.testing.assert_array_equal(batch[key].numpy(), flat[3 * g + k][key])
-    # The generic grouping of a tf.data.Dataset gives the same tuples.
-    regrouped = list(group_dataset(plain.dataset(), 3).take(2))
-    np.testing.assert_array_equal(regrouped[1][2]["target_ids_out"].numpy(), flat[5]["target_ids_out"])
-    # make_training_dataset gives the same batches and exposes its TrainingInput.
-    made = make_training_dataset(corpus=corpus, features_file=None, labels_file=None,
-                                 batch_size=BATCH, seed=5, repeat=False)
-    first = next(iter(made))
-    np.testing.assert_array_equal(first["source_ids"].numpy(), flat[0]["source_ids"])
-    assert made.training_input.stats.num_examples == len(corpus)
+    # Resuming after 2 groups starts at the third.
+    resumed = next(iter(grouped.dataset(skip_groups=2)))
+    np.testing.assert_array_equal(resumed[0]["source_ids"].numpy(), flat[6]["source_ids"])
 
 
 def test_accum_steps_formula():
@@ -465,9 +458,7 @@ def test_inference_bucketing_restores_file_order(tmp_path):
     inference = InferenceInput(path, source_vocabulary=kwargs["source_vocabulary"],
                                source_tokenizer=kwargs["source_tokenizer"], batch_size=16,
                                length_bucket_width=5)
-    dataset = make_inference_dataset(path, source_vocabulary=kwargs["source_vocabulary"],
-                                     source_tokenizer=kwargs["source_tokenizer"], batch_size=16,
-                                     length_bucket_width=5)
+    dataset = inference.dataset()
     indices, sources = [], []
     for batch in dataset:
         assert batch["source_ids"].shape[0] <= 16

@@ -12,8 +12,8 @@ import pytest
 import yaml
 
 from data_helpers import REPO
-from opennmt_lite.distribute import DistributionError, parse_tf_config
-from training_helpers import TINY_MODEL, training_config
+from opennmt_lite.training.distribute import DistributionError, parse_tf_config
+from training_helpers import TINY_MODEL, training_user
 
 WORKER = os.path.join(os.path.dirname(__file__), "distributed_worker.py")
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_DETERMINISTIC_OPS="1")
@@ -49,7 +49,7 @@ def free_ports(count):
 
 
 def write_config(tmp_path, name):
-    config = training_config(tmp_path / name, model=dict(TINY_MODEL, dropout=0.0, attention_dropout=0.0,
+    config = training_user(tmp_path / name, model=dict(TINY_MODEL, dropout=0.0, attention_dropout=0.0,
                                                          ffn_dropout=0.0),
                              train={"max_step": 3, "save_checkpoints_steps": 1000, "save_summary_steps": 1})
     path = tmp_path / f"{name}.yml"

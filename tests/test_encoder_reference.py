@@ -5,7 +5,7 @@ import pytest
 
 import numpy_reference
 from encoder_helpers import WORKED_IDS, WORKED_LENGTHS, build_encoder, weights_by_name
-from opennmt_lite.trace import Trace
+from opennmt_lite.inspection.recorder import recording
 
 
 def scaled_error(ours, ref):
@@ -25,17 +25,17 @@ def scaled_error(ours, ref):
 )
 def test_every_intermediate_matches_numpy_reference(options):
     embedder, encoder = build_encoder(**options)
-    trace = Trace()
     embedded = embedder(WORKED_IDS)
-    output = encoder(embedded, sequence_length=WORKED_LENGTHS, trace=trace)
-    ours = trace.numpy()
+    with recording() as tensors:
+        output = encoder(embedded, sequence_length=WORKED_LENGTHS)
+    ours = tensors.numpy()
 
     ref = numpy_reference.encoder(
         WORKED_IDS, WORKED_LENGTHS, weights_by_name(embedder, encoder), num_layers=2,
         num_heads=2, max_rel=options["maximum_relative_position"], pre_norm=options["pre_norm"],
     )
     assert scaled_error(embedded, ref.pop("embedded")) <= 1e-6
-    # The trace names exactly the tensors the reference computes: nothing missing, nothing extra.
+    # The recording names exactly the tensors the reference computes: nothing missing, nothing extra.
     assert sorted(ours) == sorted(ref)
     errors = {name: scaled_error(ours[name], ref[name]) for name in ref}
     worst = max(errors, key=errors.get)
@@ -48,8 +48,8 @@ def test_every_intermediate_matches_numpy_reference(options):
 
 def test_relative_positions_are_clipped_and_shifted():
     _, encoder = build_encoder(maximum_relative_position=2)
-    trace = Trace()
-    encoder(np.ones((1, 6, 4), np.float32), sequence_length=np.array([6]), trace=trace)
-    positions = trace.numpy()["layers/0/self_attention/relative_positions"]
+    with recording() as tensors:
+        encoder(np.ones((1, 6, 4), np.float32), sequence_length=np.array([6]))
+    positions = tensors.numpy()["layers/0/self_attention/relative_positions"]
     expected = np.array([[min(max(j - i, -2), 2) + 2 for j in range(6)] for i in range(6)])
     np.testing.assert_array_equal(positions, expected)

@@ -1,5 +1,6 @@
 """Evaluation during training: OpenNMT-tf's early-stopping rule, and an evaluator on real data."""
 
+import dataclasses
 import json
 import math
 import os
@@ -7,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from opennmt_lite.evaluation import Evaluator, early_stop
-from opennmt_lite.resources import create_model, load_assets
+from opennmt_lite import build
+from opennmt_lite.training.evaluation import early_stop
 from training_helpers import TINY_MODEL, training_config
 
 
@@ -27,10 +28,10 @@ def test_early_stopping_rule(values, steps, min_improvement, higher, stop):
 def test_evaluator_computes_loss_perplexity_bleu_and_history(tmp_path):
     config = training_config(tmp_path, model=TINY_MODEL, eval={"scorers": ["bleu", "chrf"],
                                                                "early_stopping": {"metric": "loss", "steps": 1}})
-    config["params"]["maximum_decoding_length"] = 20
-    assets = load_assets(config)
-    model = create_model(config, assets)
-    evaluator = Evaluator(config, model, assets)
+    config = config.replace(params=dataclasses.replace(config.params, maximum_decoding_length=20))
+    assets = build.assets(config.data)
+    model = build.model(config.model, assets)
+    evaluator = build.evaluator(config, model, assets)
     first = evaluator(10)
     assert first["perplexity"] == pytest.approx(math.exp(first["loss"]))
     # an untrained model over a ~1000-piece vocabulary: loss near log(1001)
@@ -45,4 +46,4 @@ def test_evaluator_computes_loss_perplexity_bleu_and_history(tmp_path):
         history = [json.loads(line) for line in f]
     assert [h["step"] for h in history] == [10, 20]
     # a resumed run reads the history up to its own step
-    assert [h["step"] for h in Evaluator(config, model, assets, current_step=10).history] == [10]
+    assert [h["step"] for h in build.evaluator(config, model, assets, current_step=10).history] == [10]

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import ONMT_FIXTURE
 from opennmt_lite.config import load_config
-from opennmt_lite.export import export_model
-from opennmt_lite.inference import translation_function
-from opennmt_lite.resources import create_model, load_assets, restore_weights
+from opennmt_lite.export.saved_model import export_model
+from opennmt_lite.inference.decoding import translation_function
+from opennmt_lite import build
 
 CONFIG = ONMT_FIXTURE.parent / "onmt_fixture.yml"
 
@@ -48,11 +48,9 @@ def padded(sentences):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
     config = load_config(CONFIG)
-    assets = load_assets(config)
-    model = create_model(config, assets)
-    restore_weights(config, model)
+    model, assets, _ = build.inference_model(config)
     directory = str(tmp_path_factory.mktemp("export") / "model")
-    export_model(model, assets, config, directory)
+    export_model(model, assets, build.decoding_options(config.params, config.infer), config.data, directory)
     return config, assets, model, directory
 
 

@@ -18,19 +18,22 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opennmt_lite.inference import (
-    DecodingResult,
-    beam_search,
-    dynamic_decode,
-    greedy_search,
-    translate,
-    translation_function,
-)
+from opennmt_lite.inference.decoding import DecodingResult, dynamic_decode, translate, translation_function
 from opennmt_lite.models import Transformer
 
 PAD, BOS, EOS, A, B, C = 0, 1, 2, 3, 4, 5
 VOCAB = 6
 SOURCE_TIME = 6
+
+
+def greedy_search(model, source_ids, source_length, **options):
+    """`translate` with beam_width 1 (greedy search)."""
+    return translate(model, source_ids, source_length, beam_width=1, **options)
+
+
+def beam_search(model, source_ids, source_length, beam_width=4, **options):
+    """`translate` with a beam (4 by default)."""
+    return translate(model, source_ids, source_length, beam_width=beam_width, **options)
 
 
 def rules(table, default=None):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opennmt_lite.losses import cross_entropy_sequence_loss
+from opennmt_lite.training.losses import cross_entropy_sequence_loss
 
 
 @pytest.mark.parametrize("smoothing, training", [(0.0, True), (0.1, True), (0.1, False)])

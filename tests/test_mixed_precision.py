@@ -13,10 +13,10 @@ import pytest
 import tensorflow as tf
 
 from conftest import ONMT_FIXTURE
-from opennmt_lite.encoders import SelfAttentionEncoder
-from opennmt_lite.inputters import WordEmbedder
+from opennmt_lite.models.encoders import SelfAttentionEncoder
+from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import Dense, LayerNorm
-from opennmt_lite.onmt_compat import load_onmt_encoder
+from opennmt_lite.onmt.checkpoint_import import load_onmt_encoder
 
 UNIT_ROUNDOFF = {"mixed_float16": 2.0**-11, "mixed_bfloat16": 2.0**-8}
 COMPUTE_DTYPE = {"mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}

@@ -16,9 +16,8 @@ import pytest
 
 from test_accumulation import make_batch, make_examples, make_model
 from training_helpers import TINY_MODEL, training_config
-from opennmt_lite.optimizers import make_optimizer
-from opennmt_lite.training import train
-from opennmt_lite.training_step import accumulate_gradients, make_train_step
+from opennmt_lite import build
+from training_helpers import accumulate_gradients, make_optimizer, make_train_step
 
 UNIT_ROUNDOFF = {"mixed_bfloat16": 2.0**-8, "mixed_float16": 2.0**-11}
 ADAM = {"optimizer": "Adam", "learning_rate": 0.001}
@@ -82,8 +81,8 @@ def run_losses(tmp_path, policy):
     config = training_config(tmp_path / policy, model=model, train={
         "max_step": 30, "save_summary_steps": 1, "mixed_precision": policy, "batch_size_multiple": 8,
         "save_checkpoints_steps": 1000})
-    train(config)
-    with open(os.path.join(config["model_dir"], "metrics.jsonl")) as f:
+    build.trainer(config).run()
+    with open(os.path.join(config.model_dir, "metrics.jsonl")) as f:
         return np.array([json.loads(line)["loss"] for line in f])
 
 

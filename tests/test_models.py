@@ -36,11 +36,11 @@ def test_embedding_sharing_levels(share, tables, tied_output):
     assert logits.shape == (2, 3, 30)
     if tied_output:
         # the logits really are the decoder output times the embedding table, transposed
-        from opennmt_lite.trace import Trace
+        from opennmt_lite.inspection.recorder import recording
 
-        trace = Trace()
-        model(FEATURES, trace=trace)
-        hidden = trace.numpy()["decoder/output"]
+        with recording() as tensors:
+            model(FEATURES)
+        hidden = tensors.numpy()["decoder/output"]
         table = model.target_inputter.embedding.numpy()
         expected = hidden @ table.T + model.decoder.output_layer.bias.numpy()
         np.testing.assert_allclose(logits.numpy(), expected, rtol=1e-5, atol=1e-5)

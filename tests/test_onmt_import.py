@@ -11,9 +11,9 @@ import yaml
 
 from conftest import ONMT_FIXTURE
 from opennmt_lite.config import build_config
-from opennmt_lite.onmt_compat import VALUE_SUFFIX
-from opennmt_lite.optimizers import optimizer_state
-from opennmt_lite.training import Trainer
+from opennmt_lite.onmt.checkpoint_import import VALUE_SUFFIX
+from opennmt_lite.training.optimizers import optimizer_state
+from opennmt_lite import build
 from opennmt_lite.variables import named_variables
 
 
@@ -35,7 +35,7 @@ def test_continue_training_from_opennmt_checkpoint(tmp_path):
                       "decay_params": {"model_dim": 64, "warmup_steps": 200}, "label_smoothing": 0.1}
     user["train"] = {"batch_type": "tokens", "batch_size": 512, "max_step": 502,
                      "save_checkpoints_steps": 1000, "length_bucket_width": 1}
-    trainer = Trainer(build_config(user))
+    trainer = build.trainer(build_config(user))
 
     # imported: the step, every weight and the LazyAdam moments of OpenNMT-tf's checkpoint
     assert trainer.step == 500
@@ -61,4 +61,4 @@ def test_continue_training_from_opennmt_checkpoint(tmp_path):
     assert tf.train.latest_checkpoint(str(model_dir)).endswith("ckpt-500")
     # and the next run resumes from opennmt-lite's checkpoint, not OpenNMT-tf's
     user["train"]["max_step"] = 503
-    assert Trainer(build_config(user)).step == 502
+    assert build.trainer(build_config(user)).step == 502

@@ -14,10 +14,11 @@ import pytest
 import tensorflow as tf
 
 from conftest import ONMT_FIXTURE
-from opennmt_lite.inference import greedy_search, translation_function
+from opennmt_lite.inference.decoding import translation_function
+from test_inference import greedy_search
 from opennmt_lite.models import Transformer
-from opennmt_lite.onmt_compat import load_onmt_model
-from opennmt_lite.vocab import Vocabulary
+from opennmt_lite.onmt.checkpoint_import import load_onmt_model
+from opennmt_lite.data.vocab import Vocabulary
 
 INFER_BATCH_SIZE = 16
 MAXIMUM_DECODING_LENGTH = 250

@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from conftest import ONMT_FIXTURE
-from opennmt_lite.encoders import SelfAttentionEncoder
-from opennmt_lite.inputters import WordEmbedder
-from opennmt_lite.onmt_compat import load_onmt_encoder
-from opennmt_lite.trace import Trace
+from opennmt_lite.models.encoders import SelfAttentionEncoder
+from opennmt_lite.models.inputters import WordEmbedder
+from opennmt_lite.onmt.checkpoint_import import load_onmt_encoder
+from opennmt_lite.inspection.recorder import recording
 
-# Names of the fixture's layer-0 step arrays -> names in our trace (under layers/0/).
+# Names of the fixture's layer-0 step arrays -> names in our recording (under layers/0/).
 LAYER0_STEPS = {
     "prenorm": "self_attention/normalized_input",
     "queries": "self_attention/queries",
@@ -59,19 +59,19 @@ def fixture_model():
 
 def run(fixture_model, ids, lengths):
     embedder, encoder = fixture_model
-    trace = Trace()
     embedded = embedder(ids)
-    output = encoder(embedded, sequence_length=lengths, trace=trace)
-    return embedded.numpy(), output.numpy(), trace.numpy()
+    with recording() as tensors:
+        output = encoder(embedded, sequence_length=lengths)
+    return embedded.numpy(), output.numpy(), tensors.numpy()
 
 
 def test_encoder_outputs_match_opennmt(fixture_model):
     expected = np.load(ONMT_FIXTURE / "expected.npz")
-    embedded, output, trace = run(fixture_model, expected["source_ids"], expected["source_length"])
+    embedded, output, recorded = run(fixture_model, expected["source_ids"], expected["source_length"])
     np.testing.assert_array_equal(embedded, expected["embedded"])  # a gather: exact
-    assert np.abs(trace["scaled_inputs"] - expected["scaled_embedded"]).max() == 0.0
+    assert np.abs(recorded["scaled_inputs"] - expected["scaled_embedded"]).max() == 0.0
     for i in range(expected["encoder_layers"].shape[0]):
-        assert relative_error(trace[f"layers/{i}/output"], expected["encoder_layers"][i]) <= 1e-6
+        assert relative_error(recorded[f"layers/{i}/output"], expected["encoder_layers"][i]) <= 1e-6
     # The final normalized output, padded positions included, within 1e-5 absolute.
     assert np.abs(output - expected["encoder_output"]).max() <= 1e-5
 
@@ -81,13 +81,13 @@ def test_layer0_intermediates_match_opennmt(fixture_model, which):
     steps = np.load(ONMT_FIXTURE / f"encoder_layer0_steps_{which}.npz")
     expected = np.load(ONMT_FIXTURE / "expected.npz")
     batch = steps["input"].shape[0]
-    _, _, trace = run(
+    _, _, recorded = run(
         fixture_model, expected["source_ids"][:batch], expected["source_length"][:batch]
     )
-    np.testing.assert_array_equal(trace["mask"], steps["mask"])
-    assert relative_error(trace["scaled_inputs"], steps["input"]) <= 1e-6
+    np.testing.assert_array_equal(recorded["mask"], steps["mask"])
+    assert relative_error(recorded["scaled_inputs"], steps["input"]) <= 1e-6
     for onmt_name, our_name in LAYER0_STEPS.items():
-        ours = trace[f"layers/0/{our_name}"]
+        ours = recorded[f"layers/0/{our_name}"]
         assert ours.shape == steps[onmt_name].shape, onmt_name
         assert relative_error(ours, steps[onmt_name]) <= 1e-6, onmt_name
 

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from conftest import ONMT_FIXTURE
-from opennmt_lite.losses import cross_entropy_sequence_loss
+from opennmt_lite.training.losses import cross_entropy_sequence_loss
 from opennmt_lite.models import Transformer
-from opennmt_lite.onmt_compat import load_onmt_model
-from opennmt_lite.trace import Trace
+from opennmt_lite.onmt.checkpoint_import import load_onmt_model
+from opennmt_lite.inspection.recorder import recording
 
 
 @pytest.fixture(scope="module")
@@ -16,10 +16,10 @@ def outputs():
                         maximum_relative_position=8)
     load_onmt_model(str(ONMT_FIXTURE), model)  # every variable: 100, none left over
     expected = np.load(ONMT_FIXTURE / "expected.npz")
-    trace = Trace()
     features = {k: expected[k] for k in ("source_ids", "source_length", "target_ids_in", "target_length")}
-    logits, attention = model(features, trace=trace)
-    return model, expected, logits.numpy(), attention.numpy(), trace.numpy()
+    with recording() as tensors:
+        logits, attention = model(features)
+    return model, expected, logits.numpy(), attention.numpy(), tensors.numpy()
 
 
 def relative_error(ours, ref):
@@ -36,12 +36,12 @@ def test_teacher_forced_logits_match_opennmt(outputs):
 
 
 def test_decoder_layers_and_alignment_match_opennmt(outputs):
-    _, expected, _, attention, trace = outputs
-    np.testing.assert_array_equal(trace["target_embedded"], expected["target_embedded"])
-    assert np.abs(trace["decoder/scaled_inputs"] - expected["decoder_input"]).max() == 0.0
+    _, expected, _, attention, recorded = outputs
+    np.testing.assert_array_equal(recorded["target_embedded"], expected["target_embedded"])
+    assert np.abs(recorded["decoder/scaled_inputs"] - expected["decoder_input"]).max() == 0.0
     for i in range(2):
-        assert relative_error(trace[f"decoder/layers/{i}/output"], expected["decoder_layers"][i]) <= 1e-6
-    assert np.abs(trace["decoder/output"] - expected["decoder_output"]).max() <= 1e-5
+        assert relative_error(recorded[f"decoder/layers/{i}/output"], expected["decoder_layers"][i]) <= 1e-6
+    assert np.abs(recorded["decoder/output"] - expected["decoder_output"]).max() <= 1e-5
     assert np.abs(attention - expected["alignment_attention"]).max() <= 1e-5
 
 

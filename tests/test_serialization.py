@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 from encoder_helpers import build_encoder
-from opennmt_lite.encoders import SelfAttentionEncoder
-from opennmt_lite.inputters import WordEmbedder
+from opennmt_lite.models.encoders import SelfAttentionEncoder
+from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import (
     Dense,
     FeedForwardNetwork,

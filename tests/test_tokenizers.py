@@ -5,14 +5,14 @@ import pytest
 import sentencepiece as spm
 
 from data_helpers import SP_SIZE, TRAIN_DE, VALID_EN, TEST_EN, read_lines_plain, sp_models, write_text
-from opennmt_lite.tokenizers import (
+from opennmt_lite.data.tokenizers import (
     SentencePieceTokenizer,
     SpaceTokenizer,
     make_tokenizer,
     sentencepiece_to_vocabulary_tokens,
     train_sentencepiece,
 )
-from opennmt_lite.vocab import Vocabulary
+from opennmt_lite.data.vocab import Vocabulary
 
 
 def test_space_tokenizer_splits_like_tf_strings_split():

@@ -11,9 +11,10 @@ import tensorflow as tf
 
 from data_helpers import REPO
 from training_helpers import TINY_MODEL, training_config
-from opennmt_lite.checkpoint import contents
-from opennmt_lite.optimizers import optimizer_state
-from opennmt_lite.training import Trainer, TrainingError, train
+from opennmt_lite.checkpoints import contents
+from opennmt_lite.training.optimizers import optimizer_state
+from opennmt_lite import build
+from opennmt_lite.training.trainer import TrainingError
 from opennmt_lite.variables import named_variables
 
 
@@ -24,19 +25,19 @@ def reports(model_dir):
 
 def test_sample_model_training_loss_falls(tmp_path):
     config = training_config(tmp_path, train={"max_step": 40, "save_summary_steps": 1})
-    summary = train(config)
+    summary = build.trainer(config).run()
     assert summary["step"] == 40 and summary["stopped"] == "max_step"
-    losses = [r["loss"] for r in reports(config["model_dir"])]
+    losses = [r["loss"] for r in reports(config.model_dir)]
     assert len(losses) == 40  # one report per step
     # label-smoothed cross-entropy starts near log(1001) = 6.9 and must clearly fall
     assert losses[0] > 6.5
     assert np.mean(losses[-5:]) < losses[0] - 1.0, losses
-    assert all(r["tokens_per_sec"] > 0 and r["learning_rate"] > 0 for r in reports(config["model_dir"]))
+    assert all(r["tokens_per_sec"] > 0 and r["learning_rate"] > 0 for r in reports(config.model_dir))
 
 
 def test_checkpoint_holds_every_variable_and_slot(tmp_path):
     config = training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2})
-    trainer = Trainer(config)
+    trainer = build.trainer(config)
     trainer.run()
     stored = contents(trainer.checkpoint.latest)
     weights = named_variables(trainer.model, include_seeds=False)
@@ -73,12 +74,12 @@ def capture(trainer):
 
 
 def test_stop_and_resume_restores_step_learning_rate_and_moments(tmp_path):
-    first = Trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 6}))
+    first = build.trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 6}))
     first.run()
     saved = capture(first)
     assert saved["step"] == 6
 
-    second = Trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 9}))
+    second = build.trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 9}))
     restored = capture(second)
     assert restored["step"] == 6 and restored["groups_done"] == 6
     assert restored["learning_rate"] == saved["learning_rate"]
@@ -97,10 +98,10 @@ def test_resumed_run_equals_uninterrupted_run(tmp_path, sub_batches):
     also with sub-batches computed side by side (their dropout draws do not depend on timing)."""
     tf.config.experimental.enable_op_determinism()
     train = {"sub_batches": sub_batches}
-    straight = Trainer(training_config(tmp_path / "a", model=TINY_MODEL, train={**train, "max_step": 8}))
+    straight = build.trainer(training_config(tmp_path / "a", model=TINY_MODEL, train={**train, "max_step": 8}))
     straight.run()
-    Trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={**train, "max_step": 5})).run()
-    resumed = Trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={**train, "max_step": 8}))
+    build.trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={**train, "max_step": 5})).run()
+    resumed = build.trainer(training_config(tmp_path / "b", model=TINY_MODEL, train={**train, "max_step": 8}))
     resumed.run()
     for (name, a), b in zip(named_variables(straight.model).items(), named_variables(resumed.model).values()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=name)
@@ -110,17 +111,17 @@ def test_nan_loss_stops_and_keeps_last_good_checkpoint(tmp_path):
     config = training_config(tmp_path, model=TINY_MODEL, train={"max_step": 30, "save_checkpoints_steps": 1000},
                              params={"learning_rate": 1e12, "decay_type": None})
     with pytest.raises(TrainingError, match=r"the loss is nan.*The last good checkpoint, .*ckpt-1, is kept"):
-        train(config)
-    directory = os.path.join(config["model_dir"], "checkpoints")
+        build.trainer(config).run()
+    directory = os.path.join(config.model_dir, "checkpoints")
     assert tf.train.latest_checkpoint(directory).endswith("ckpt-1")
     assert all(np.isfinite(np.asarray(tf.train.load_checkpoint(directory).get_tensor(
         "model/decoder/output_layer/kernel/.ATTRIBUTES/VARIABLE_VALUE"))).ravel())
 
 
 def test_max_step_already_reached_is_a_clear_error(tmp_path):
-    Trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2})).run()
+    build.trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2})).run()
     with pytest.raises(TrainingError, match="at step 2, which reaches train.max_step=2"):
-        Trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2}))
+        build.trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 2}))
 
 
 def test_sub_batches_set_the_thread_pools_before_tensorflow_starts():
@@ -128,7 +129,7 @@ def test_sub_batches_set_the_thread_pools_before_tensorflow_starts():
     for each op; once TensorFlow has started, a warning and the pools unchanged (no error)."""
     script = (
         "import logging, os; logging.basicConfig(level=logging.INFO)\n"
-        "from opennmt_lite.training_step import configure_threads\n"
+        "from opennmt_lite.training.step import configure_threads\n"
         "import tensorflow as tf\n"
         "configure_threads(2)\n"
         "tf.constant(1.0) + 1.0\n"

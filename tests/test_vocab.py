@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from data_helpers import FIXTURE, write_text
-from opennmt_lite.build_vocab import build_word_vocab, word_vocabulary_tokens
-from opennmt_lite.vocab import (
+from opennmt_lite.data.vocab_builder import build_word_vocab, word_vocabulary_tokens
+from opennmt_lite.data.vocab import (
     BOS_ID,
     EOS_ID,
     PAD_ID,

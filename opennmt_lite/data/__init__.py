@@ -21,11 +21,9 @@ from opennmt_lite.data.pipeline import (
     EvaluationInput,
     InferenceInput,
     TrainingInput,
+    batch_signature,
     group_batches,
-    group_dataset,
-    make_evaluation_dataset,
-    make_inference_dataset,
-    make_training_dataset,
+    inference_signature,
     restore_order,
 )
 from opennmt_lite.data.text import DataError, read_lines, read_parallel

@@ -15,8 +15,8 @@ import os
 import numpy as np
 
 from opennmt_lite.data.text import DataError, as_file_list, read_monolingual, read_parallel
-from opennmt_lite.tokenizers import make_tokenizer
-from opennmt_lite.vocab import as_vocabulary
+from opennmt_lite.data.tokenizers import make_tokenizer
+from opennmt_lite.data.vocab import as_vocabulary
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -275,6 +275,20 @@ class MonolingualCorpus:
         self.line_index = np.asarray(line_index, dtype=np.int64)
         self.files = files
         self.source_lengths = source.lengths
+
+    def truncate(self, maximum):
+        """Cuts the sequences longer than `maximum` ids to their first `maximum` ids (tokens
+        too); returns {0-based line: length before} of those cut."""
+        lengths = self.source.lengths
+        cut = {int(self.line_index[i]): int(lengths[i]) for i in np.flatnonzero(lengths > maximum)}
+        if cut:
+            kept = np.minimum(lengths, maximum).astype(np.int64)
+            offsets = np.zeros(len(kept) + 1, dtype=np.int64)
+            np.cumsum(kept, out=offsets[1:])
+            self.source = RaggedIds(self.source.flat[_ranges(self.source.offsets[:-1], kept)], offsets)
+            self.source_lengths = self.source.lengths
+            self.tokens = [tokens[:maximum] for tokens in self.tokens]
+        return cut
 
     def __len__(self):
         return len(self.line_index)

@@ -22,14 +22,16 @@ import tensorflow as tf
 
 from opennmt_lite.data import batching
 from opennmt_lite.data.corpus import load_monolingual_corpus, load_parallel_corpus
-from opennmt_lite.vocab import BOS_ID, EOS_ID
+from opennmt_lite.data.vocab import BOS_ID, EOS_ID
 
 logger = logging.getLogger("opennmt_lite")
 
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def training_element_spec(with_index=False):
+def batch_signature(with_index=False):
+    """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
+    serves every shape (`index` [B] int64: the evaluation batches' line numbers)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -42,7 +44,8 @@ def training_element_spec(with_index=False):
     return spec
 
 
-def inference_element_spec():
+def inference_signature():
+    """TensorSpecs of one inference batch."""
     return {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -92,22 +95,6 @@ def group_batches(batches, accum_steps):
     if group:
         logger.info("dropped %d batch(es) at the end of the data: fewer than accum_steps=%d",
                     len(group), accum_steps)
-
-
-def group_dataset(dataset, accum_steps):
-    """A tf.data.Dataset whose elements are tuples of `accum_steps` consecutive elements of
-    `dataset` (shapes kept per element, unknown dimensions in the spec). Prefer
-    `TrainingInput(accum_steps=...)`, which groups before crossing into TensorFlow."""
-    if accum_steps <= 1:
-        return dataset
-    spec = tf.nest.map_structure(
-        lambda s: tf.TensorSpec([None] * s.shape.rank, s.dtype), dataset.element_spec)
-
-    def generate():
-        yield from group_batches(dataset.as_numpy_iterator(), accum_steps)
-
-    grouped = tf.data.Dataset.from_generator(generate, output_signature=(spec,) * accum_steps)
-    return grouped.prefetch(tf.data.AUTOTUNE)
 
 
 class TrainingInput:
@@ -270,14 +257,17 @@ class TrainingInput:
 
     @property
     def element_spec(self):
-        spec = training_element_spec()
-        return (spec,) * self.accum_steps if self.accum_steps > 1 else spec
+        return (batch_signature(),) * self.accum_steps
 
-    def dataset(self, num_epochs=None, prefetch=True, skip_batches=0):
-        """The tf.data.Dataset of padded batches (endless when repeating); see numpy_batches."""
-        dataset = tf.data.Dataset.from_generator(
-            lambda: self.numpy_batches(num_epochs, skip_batches),
-            output_signature=self.element_spec)
+    def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
+        """What the train step consumes: a tf.data.Dataset of groups, each a tuple of
+        `accum_steps` padded batches (endless when repeating), starting after `skip_groups`
+        groups (resume)."""
+        def groups():
+            batches = self.numpy_batches(num_epochs, skip_batches=skip_groups * self.accum_steps)
+            return batches if self.accum_steps > 1 else ((batch,) for batch in batches)
+
+        dataset = tf.data.Dataset.from_generator(groups, output_signature=self.element_spec)
         if prefetch:
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return dataset
@@ -287,18 +277,6 @@ class TrainingInput:
         return batching.padding_stats(
             self.epoch_batches(epoch), self.corpus.source_lengths, self.corpus.target_lengths,
             self.pad_to_multiple)
-
-
-def make_training_dataset(features_file, labels_file, **kwargs):
-    """`TrainingInput(features_file, labels_file, **kwargs).dataset()`; see TrainingInput for
-    the arguments. The TrainingInput (stats, plans) is attached as `dataset.training_input`."""
-    training_input = TrainingInput(features_file, labels_file, **kwargs)
-    dataset = training_input.dataset()
-    try:
-        dataset.training_input = training_input
-    except AttributeError:  # pragma: no cover - tf.data objects accept attributes today
-        pass
-    return dataset
 
 
 def _ordered_batches(source_lengths, target_lengths, batch_size, batch_type, length_bucket_width):
@@ -350,25 +328,29 @@ class EvaluationInput:
 
     def dataset(self):
         dataset = tf.data.Dataset.from_generator(
-            self.numpy_batches, output_signature=training_element_spec(with_index=True))
+            self.numpy_batches, output_signature=batch_signature(with_index=True))
         return dataset.prefetch(tf.data.AUTOTUNE)
-
-
-def make_evaluation_dataset(features_file, labels_file, **kwargs):
-    """`EvaluationInput(features_file, labels_file, **kwargs).dataset()`."""
-    return EvaluationInput(features_file, labels_file, **kwargs).dataset()
 
 
 class InferenceInput:
     """Inference data: every line of `features_file` (empty lines included), no shuffling, one
     pass; batches in file order, or bucketed by source length (OpenNMT-tf's rule) when
     length_bucket_width is set. Use `index` (or `restore_order`) to write outputs in file order.
-    `corpus.tokens[i]` holds the source tokens of line i."""
+    `corpus.tokens[i]` holds the source tokens of line i.
+
+    A line longer than `maximum_features_length` tokens is cut to its first ones (a warning names
+    it; `truncated` maps its 0-based line to its length): it is still translated, as OpenNMT-tf
+    translates every line, but cannot exhaust the memory."""
 
     def __init__(self, features_file, *, source_vocabulary, batch_size, source_tokenizer=None,
-                 batch_type="examples", length_bucket_width=None, pad_to_multiple=1):
+                 batch_type="examples", length_bucket_width=None, pad_to_multiple=1,
+                 maximum_features_length=None):
         self.corpus = load_monolingual_corpus(
             features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer)
+        self.truncated = {}
+        if maximum_features_length:
+            self.truncated = self.corpus.truncate(maximum_features_length)
+            _warn_truncated(self.truncated, features_file, maximum_features_length)
         self.pad_to_multiple = pad_to_multiple
         lengths = self.corpus.source_lengths
         self.batches = _ordered_batches(lengths, np.zeros_like(lengths), batch_size, batch_type,
@@ -380,13 +362,19 @@ class InferenceInput:
 
     def dataset(self):
         dataset = tf.data.Dataset.from_generator(
-            self.numpy_batches, output_signature=inference_element_spec())
+            self.numpy_batches, output_signature=inference_signature())
         return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def make_inference_dataset(features_file, **kwargs):
-    """`InferenceInput(features_file, **kwargs).dataset()`."""
-    return InferenceInput(features_file, **kwargs).dataset()
+def _warn_truncated(truncated, features_file, maximum, shown=10):
+    """One warning per truncated line (the first `shown`), then their count."""
+    for line, length in list(truncated.items())[:shown]:
+        logger.warning("%s, line %d: %d tokens, more than infer.maximum_features_length=%d: "
+                       "translating its first %d tokens", features_file, line + 1, length, maximum,
+                       maximum)
+    if len(truncated) > shown:
+        logger.warning("%s: %d lines in all were truncated to %d tokens", features_file,
+                       len(truncated), maximum)
 
 
 def restore_order(indices, values):

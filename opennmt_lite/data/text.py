@@ -7,8 +7,10 @@ the same lines as tf.data.TextLineDataset, which OpenNMT-tf reads with.
 
 import os
 
+from opennmt_lite.errors import MissingFileError, NotAFileError, UserError
 
-class DataError(ValueError):
+
+class DataError(UserError, ValueError):
     """Invalid training/evaluation data."""
 
 
@@ -16,9 +18,9 @@ def read_lines(path):
     """The lines of a UTF-8 text file, without their line ends."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise FileNotFoundError(f"data file not found: {path}")
+        raise MissingFileError(f"data file not found: {path}")
     if os.path.isdir(path):
-        raise IsADirectoryError(f"data path is a directory, not a file: {path}")
+        raise NotAFileError(f"data path is a directory, not a file: {path}")
     with open(path, "rb") as stream:
         data = stream.read()
     try:
@@ -46,7 +48,7 @@ def as_file_list(files):
         return [os.fspath(files)]
     files = [os.fspath(path) for path in files]
     if not files:
-        raise ValueError("at least one data file is required")
+        raise DataError("at least one data file is required")
     return files
 
 

@@ -3,7 +3,9 @@
 import keras
 import tensorflow as tf
 
-from opennmt_lite.layers.common import PACKAGE, Dense, apply_dropout, make_seed_generator
+from opennmt_lite.inspection.recorder import record
+from opennmt_lite.layers.common import (
+    PACKAGE, Dense, apply_dropout, einsum, make_seed_generator, matmul)
 
 
 def split_heads(x, num_heads):
@@ -48,7 +50,7 @@ def relative_logits(queries, relative_keys, positions):
     batch, heads, time_q = tf.shape(queries)[0], tf.shape(queries)[1], tf.shape(queries)[2]
     time_k = tf.shape(positions)[1]
     window = tf.shape(relative_keys)[0]
-    scores = tf.matmul(queries, relative_keys, transpose_b=True)  # [batch, heads, time_q, 2k+1]
+    scores = matmul(queries, relative_keys, transpose_b=True)  # [batch, heads, time_q, 2k+1]
     scores = tf.reshape(scores, [batch * heads, time_q * window])
     index = tf.range(time_q)[:, tf.newaxis] * window + positions  # row i's own scores
     logits = tf.gather(scores, tf.reshape(index, [-1]), axis=1)
@@ -63,8 +65,9 @@ def relative_context(attention, relative_values, positions):
     summed per distance bucket ([..., 2k+1]), then multiplied by the table.
     """
     window = tf.shape(relative_values)[0]
-    buckets = tf.einsum("bhij,ijr->bhir", attention, tf.one_hot(positions, window, dtype=attention.dtype))
-    return tf.matmul(buckets, relative_values)
+    one_hot = tf.one_hot(positions, window, dtype=attention.dtype)
+    buckets = einsum("bhij,ijr->bhir", attention, one_hot)
+    return matmul(buckets, relative_values)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -78,6 +81,10 @@ class MultiHeadAttention(keras.layers.Layer):
 
     In self-attention the cache holds the projected keys/values of earlier positions and grows by
     the new ones; in memory attention it holds the projected memory, computed once (`project_kv`).
+
+    Records queries, keys, values, (with relative positions) relative_positions, relative_keys,
+    relative_values [time_q, time_k, depth / heads], content_logits, relative_logits, then logits,
+    attention (float32), heads, combined_heads and output.
     """
 
     def __init__(
@@ -102,10 +109,11 @@ class MultiHeadAttention(keras.layers.Layer):
         self.dropout = dropout
         self.return_attention = return_attention
         self.maximum_relative_position = maximum_relative_position
-        self.linear_queries = Dense(num_units, use_bias=bias, name="linear_queries")
-        self.linear_keys = Dense(num_units, use_bias=bias, name="linear_keys")
-        self.linear_values = Dense(num_units, use_bias=bias, name="linear_values")
-        self.linear_output = Dense(num_units, use_bias=bias, name="linear_output")
+        policy = self.dtype_policy
+        self.linear_queries = Dense(num_units, use_bias=bias, dtype=policy, name="linear_queries")
+        self.linear_keys = Dense(num_units, use_bias=bias, dtype=policy, name="linear_keys")
+        self.linear_values = Dense(num_units, use_bias=bias, dtype=policy, name="linear_values")
+        self.linear_output = Dense(num_units, use_bias=bias, dtype=policy, name="linear_output")
         self.dropout_seed = make_seed_generator(dropout)
 
     def build(self, inputs_shape, memory_shape=None):
@@ -130,9 +138,7 @@ class MultiHeadAttention(keras.layers.Layer):
         values = split_heads(self.linear_values(x), self.num_heads)
         return keys, values
 
-    def call(self, inputs, memory=None, attention_mask=None, cache=None, training=None, trace=None):
-        record = trace.record if trace is not None else (lambda name, value: None)
-
+    def call(self, inputs, memory=None, attention_mask=None, cache=None, training=None):
         queries = split_heads(self.linear_queries(inputs), self.num_heads)
         queries *= tf.cast(self.num_units_per_head**-0.5, queries.dtype)
         if memory is None:
@@ -148,7 +154,7 @@ class MultiHeadAttention(keras.layers.Layer):
         record("keys", keys)
         record("values", values)
 
-        logits = tf.matmul(queries, keys, transpose_b=True)
+        logits = matmul(queries, keys, transpose_b=True)
         relative_values = positions = None
         if self.maximum_relative_position is not None:
             if memory is not None:
@@ -160,9 +166,10 @@ class MultiHeadAttention(keras.layers.Layer):
             relative_values = tf.cast(self.relative_position_values, queries.dtype)
             relative_scores = relative_logits(queries, relative_keys, positions)
             record("relative_positions", positions)
-            if trace is not None:  # the representations of each (query, key) pair, [Tq, Tk, d]
-                record("relative_keys", tf.gather(relative_keys, positions))
-                record("relative_values", tf.gather(relative_values, positions))
+            # The representations of each (query, key) pair, [time_q, time_k, depth]: computed
+            # only for a recording (the math above uses the tables directly).
+            record("relative_keys", lambda: tf.gather(relative_keys, positions))
+            record("relative_values", lambda: tf.gather(relative_values, positions))
             record("content_logits", logits)
             record("relative_logits", relative_scores)
             logits += relative_scores
@@ -182,7 +189,7 @@ class MultiHeadAttention(keras.layers.Layer):
         attention = tf.cast(attention, queries.dtype)
         dropped_attention = apply_dropout(attention, self.dropout, self.dropout_seed, training)
 
-        heads = tf.matmul(dropped_attention, values)
+        heads = matmul(dropped_attention, values)
         if relative_values is not None:
             heads += relative_context(dropped_attention, relative_values, positions)
         record("heads", heads)
@@ -196,7 +203,13 @@ class MultiHeadAttention(keras.layers.Layer):
         return outputs, (keys, values)
 
     def compute_output_shape(self, input_shape):
+        """The shape of `outputs` only (what LayerWrapper's output norm needs)."""
         return tuple(input_shape[:-1]) + (self.num_units,)
+
+    def compute_output_spec(self, *args, **kwargs):
+        # Keras would describe every output by compute_output_shape, which gives `outputs` only:
+        # symbolic calls trace `call` instead (the keys' length depends on memory and cache).
+        return keras.Operation.compute_output_spec(self, *args, **kwargs)
 
     def get_config(self):
         config = super().get_config()

@@ -2,11 +2,17 @@
 
 All layers compute with TensorFlow ops (this project is TensorFlow-only: tf.data, SavedModel and
 tf.distribute are part of the contract) and follow the Keras 3 layer protocol: hyper-parameters in
-`__init__`, weights in `build`, math in `call`, `get_config` for serialization.
+`__init__`, weights in `build`, math in `call`, `get_config` for serialization. As in keras-hub,
+every sub-layer is created with `dtype=self.dtype_policy`, so that a layer built with
+`dtype="mixed_bfloat16"` computes in bfloat16 all the way down, whatever the global policy.
+Layers `record` their intermediate tensors (see opennmt_lite.inspection.recorder).
 """
 
 import keras
 import tensorflow as tf
+
+from opennmt_lite import cpu
+from opennmt_lite.inspection.recorder import record
 
 PACKAGE = "opennmt_lite"
 
@@ -16,6 +22,44 @@ PACKAGE = "opennmt_lite"
 # round(rate * 2^16), so the rate is exact to 2^-16 and the kept values are scaled by the exact
 # inverse of the keep probability.
 _DROPOUT_LEVELS = 1 << 16
+
+
+def _multiply_in_float32(a):
+    """Whether a product of `a` (and its same-dtype partner) is computed in float32 and rounded."""
+    return a.dtype == tf.bfloat16 and cpu.bfloat16_matmul_path() == cpu.FLOAT32
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=None):
+    """activation(a @ b + bias), the one matrix product of the layers (with `einsum`).
+
+    a [..., m, k] and b [..., k, n] (each transposed first when flagged; batch dimensions
+    broadcast), optional bias [n] and element-wise activation -> [..., m, n] in a's dtype.
+    bfloat16 operands on a CPU without native bfloat16 (see opennmt_lite.cpu) are multiplied in
+    float32, bias and activation applied, and the result rounded to bfloat16 once: TensorFlow's
+    bfloat16 MatMul there truncates its accumulations (biased toward zero) and is slower.
+    Autodiff follows the casts, so the gradients are float32 products (and a float32 bias sum)
+    rounded to bfloat16. Otherwise the plain ops MatMul -> BiasAdd -> activation, which
+    TensorFlow's graph optimizer fuses into one oneDNN kernel.
+    """
+    in_float32 = _multiply_in_float32(a)
+    dtype = a.dtype
+    if in_float32:
+        a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
+        bias = None if bias is None else tf.cast(bias, tf.float32)
+    outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    if bias is not None:
+        outputs = tf.nn.bias_add(outputs, bias)
+    if activation is not None:
+        outputs = activation(outputs)
+    return tf.cast(outputs, dtype) if in_float32 else outputs
+
+
+def einsum(equation, a, b):
+    """tf.einsum(equation, a, b) of two operands, computed like `matmul` (float32 then rounded,
+    for bfloat16 on a CPU without native bfloat16)."""
+    if _multiply_in_float32(a):
+        return tf.cast(tf.einsum(equation, tf.cast(a, tf.float32), tf.cast(b, tf.float32)), a.dtype)
+    return tf.einsum(equation, a, b)
 
 
 def dropout_keep_mask(shape, rate, seed_generator):
@@ -63,13 +107,16 @@ def dense_relu_dropout(x, kernel, bias, rate, seed_generator):
 
     @tf.custom_gradient
     def forward(x2d, kernel, bias):
-        inner = tf.nn.relu(tf.nn.bias_add(tf.matmul(x2d, kernel), bias))
+        inner = matmul(x2d, kernel, bias=bias, activation=tf.nn.relu)
         outputs = tf.where(keep, inner * scale, tf.zeros((), x.dtype))
 
         def grad(upstream):
             d_inner = tf.where(outputs > 0, upstream * scale, tf.zeros((), upstream.dtype))
-            d_x = tf.matmul(d_inner, kernel, transpose_b=True)
-            d_kernel = tf.matmul(x2d, d_inner, transpose_a=True)
+            d_x = matmul(d_inner, kernel, transpose_b=True)
+            d_kernel = matmul(x2d, d_inner, transpose_a=True)
+            # reduce_sum accumulates bfloat16 in float32 and rounds once (measured, TF 2.21 on
+            # CPU): no float32 detour needed. (BiasAddGrad in bfloat16 does not: its sums came
+            # out 6.7 % too small on an AVX2 CPU, hence the float32 bias in `matmul`.)
             return d_x, d_kernel, tf.reduce_sum(d_inner, axis=0)
 
         return outputs, grad
@@ -143,11 +190,8 @@ class Dense(keras.layers.Layer):
         # oneDNN kernel, which a 3-D tensordot followed by a BiasAdd prevents.
         leading = tf.shape(inputs)[:-1]
         outputs = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        outputs = tf.matmul(outputs, kernel, transpose_b=self.transpose)
-        if bias is not None:
-            outputs = tf.nn.bias_add(outputs, bias)
-        if self.activation is not None:
-            outputs = self.activation(outputs)
+        outputs = matmul(outputs, kernel, transpose_b=self.transpose, bias=bias,
+                         activation=self.activation)
         if pad:
             outputs = outputs[:, :units]
         return tf.reshape(outputs, tf.concat([leading, [units]], axis=0))
@@ -277,6 +321,8 @@ class LayerWrapper(keras.layers.Layer):
 
     When the wrapped layer returns a tuple, the wrapper transforms its first element and passes the
     others through (attention returns `(outputs, cache[, attention])`).
+
+    Records normalized_input, residual_output and normalized_output (when they exist).
     """
 
     def __init__(
@@ -291,8 +337,12 @@ class LayerWrapper(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.layer = layer
-        self.input_layer_norm = LayerNorm(name="input_layer_norm") if normalize_input else None
-        self.output_layer_norm = LayerNorm(name="output_layer_norm") if normalize_output else None
+        self.input_layer_norm = (
+            LayerNorm(dtype=self.dtype_policy, name="input_layer_norm") if normalize_input else None
+        )
+        self.output_layer_norm = (
+            LayerNorm(dtype=self.dtype_policy, name="output_layer_norm") if normalize_output else None
+        )
         self.input_dropout = input_dropout
         self.output_dropout = output_dropout
         self.residual_connection = residual_connection
@@ -307,15 +357,14 @@ class LayerWrapper(keras.layers.Layer):
         if self.output_layer_norm is not None:
             self.output_layer_norm.build(self.layer.compute_output_shape(input_shape))
 
-    def call(self, inputs, *args, training=None, trace=None, **kwargs):
+    def call(self, inputs, *args, training=None, **kwargs):
+        # The wrapped layer records under the wrapper's scope, without one of its own
+        # (`self_attention/queries`, not `self_attention/layer/queries`).
         x = inputs
         if self.input_layer_norm is not None:
             x = self.input_layer_norm(x)
-            if trace is not None:
-                trace.record("normalized_input", x)
+            record("normalized_input", x)
         x = apply_dropout(x, self.input_dropout, self.input_dropout_seed, training)
-        if trace is not None:
-            kwargs["trace"] = trace
         all_outputs = self.layer(x, *args, training=training, **kwargs)
         extra = None
         if isinstance(all_outputs, tuple):
@@ -325,18 +374,16 @@ class LayerWrapper(keras.layers.Layer):
         outputs = apply_dropout(outputs, self.output_dropout, self.output_dropout_seed, training)
         if self.residual_connection and outputs.shape[-1] == inputs.shape[-1]:
             outputs = outputs + inputs
-            if trace is not None:
-                trace.record("residual_output", outputs)
+            record("residual_output", outputs)
         if self.output_layer_norm is not None:
             outputs = self.output_layer_norm(outputs)
-            if trace is not None:
-                trace.record("normalized_output", outputs)
+            record("normalized_output", outputs)
         if extra is not None:
             return (outputs,) + tuple(extra)
         return outputs
 
-    def compute_output_shape(self, input_shape):
-        return self.layer.compute_output_shape(input_shape)
+    # No compute_output_shape: the outputs are the wrapped layer's, possibly a tuple; symbolic
+    # calls trace `call`.
 
     def get_config(self):
         config = super().get_config()

@@ -3,6 +3,7 @@
 import keras
 import tensorflow as tf
 
+from opennmt_lite.inspection.recorder import record, recording_scope
 from opennmt_lite.layers.attention import MultiHeadAttention
 from opennmt_lite.layers.common import (
     PACKAGE,
@@ -12,12 +13,16 @@ from opennmt_lite.layers.common import (
     dense_relu_dropout,
     make_seed_generator,
 )
-from opennmt_lite.trace import scoped
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class FeedForwardNetwork(keras.layers.Layer):
-    """outer(dropout(activation(inner(x)))), on [batch, time, depth] -> [batch, time, output_dim]."""
+    """outer(dropout(activation(inner(x)))), on [batch, time, depth] -> [batch, time, output_dim].
+
+    Records `inner` (the activation, before dropout) and `output`. In training with ReLU and
+    dropout, Dense + ReLU + dropout run as one op (`dense_relu_dropout`) whether or not something
+    records: that path has no pre-dropout activation, so it records `output` only.
+    """
 
     def __init__(self, inner_dim, output_dim, dropout=0.1, activation="relu", **kwargs):
         super().__init__(**kwargs)
@@ -25,31 +30,29 @@ class FeedForwardNetwork(keras.layers.Layer):
         self.output_dim = output_dim
         self.dropout = dropout
         self.activation = activation
-        self.inner = Dense(inner_dim, activation=activation, name="inner")
-        self.outer = Dense(output_dim, name="outer")
+        self.inner = Dense(inner_dim, activation=activation, dtype=self.dtype_policy, name="inner")
+        self.outer = Dense(output_dim, dtype=self.dtype_policy, name="outer")
         self.dropout_seed = make_seed_generator(dropout)
 
     def build(self, input_shape):
         self.inner.build(input_shape)
         self.outer.build(tuple(input_shape[:-1]) + (self.inner_dim,))
 
-    def call(self, inputs, training=None, trace=None):
+    def call(self, inputs, training=None):
         dense = self.inner
-        if (training and self.dropout > 0 and self.activation == "relu" and trace is None
+        if (training and self.dropout > 0 and self.activation == "relu"
                 and not dense.transpose and inputs.dtype != tf.float16):
             # Dense, ReLU and dropout as one op whose gradient keeps less (memory). Not in
             # float16, where Dense pads its kernel to a multiple of 8 for Tensor Cores.
             inner = dense_relu_dropout(
                 inputs, tf.cast(dense.kernel, inputs.dtype), tf.cast(dense.bias, inputs.dtype),
                 self.dropout, self.dropout_seed)
-            return self.outer(inner)
-        inner = self.inner(inputs)
-        if trace is not None:
-            trace.record("inner", inner)
-        inner = apply_dropout(inner, self.dropout, self.dropout_seed, training)
+        else:
+            inner = self.inner(inputs)
+            record("inner", inner)
+            inner = apply_dropout(inner, self.dropout, self.dropout_seed, training)
         outputs = self.outer(inner)
-        if trace is not None:
-            trace.record("output", outputs)
+        record("output", outputs)
         return outputs
 
     def compute_output_shape(self, input_shape):
@@ -98,6 +101,8 @@ class SelfAttentionEncoderLayer(keras.layers.Layer):
     """Self-attention then feed-forward, each in a TransformerLayerWrapper.
 
     call(inputs [batch, time, depth], attention_mask [batch, time] (1 = real token)) -> [batch, time, depth]
+
+    Records the sub-layers' tensors under `self_attention/` and `ffn/`, then output.
     """
 
     def __init__(
@@ -131,28 +136,37 @@ class SelfAttentionEncoderLayer(keras.layers.Layer):
             bias=mha_bias,
             dropout=attention_dropout,
             maximum_relative_position=maximum_relative_position,
+            dtype=self.dtype_policy,
             name="layer",
         )
         self.self_attention = TransformerLayerWrapper(
-            attention, dropout, pre_norm=pre_norm, name="self_attention"
+            attention, dropout, pre_norm=pre_norm, dtype=self.dtype_policy, name="self_attention"
         )
         ffn = FeedForwardNetwork(
-            ffn_inner_dim, num_units, dropout=ffn_dropout, activation=ffn_activation, name="layer"
+            ffn_inner_dim,
+            num_units,
+            dropout=ffn_dropout,
+            activation=ffn_activation,
+            dtype=self.dtype_policy,
+            name="layer",
         )
-        self.ffn = TransformerLayerWrapper(ffn, dropout, pre_norm=pre_norm, name="ffn")
+        self.ffn = TransformerLayerWrapper(
+            ffn, dropout, pre_norm=pre_norm, dtype=self.dtype_policy, name="ffn"
+        )
 
     def build(self, input_shape):
         self.self_attention.build(input_shape)
         self.ffn.build(input_shape)
 
-    def call(self, inputs, attention_mask=None, training=None, trace=None):
+    def call(self, inputs, attention_mask=None, training=None):
         # (Not named `mask`: Keras gives that argument name its own masking semantics.)
-        outputs, _ = self.self_attention(
-            inputs, attention_mask=attention_mask, training=training, trace=scoped(trace, "self_attention")
-        )
-        outputs = self.ffn(outputs, training=training, trace=scoped(trace, "ffn"))
-        if trace is not None:
-            trace.record("output", outputs)
+        with recording_scope("self_attention"):
+            outputs, _ = self.self_attention(
+                inputs, attention_mask=attention_mask, training=training
+            )
+        with recording_scope("ffn"):
+            outputs = self.ffn(outputs, training=training)
+        record("output", outputs)
         return outputs
 
     def compute_output_shape(self, input_shape):
@@ -186,6 +200,8 @@ class SelfAttentionDecoderLayer(keras.layers.Layer):
 
     `attention` is a list with one wrapper per source, as in OpenNMT-tf (checkpoint path
     `attention/0/...`); opennmt-lite uses exactly one source.
+
+    Records the sub-layers' tensors under `self_attention/`, `attention/` and `ffn/`, then output.
     """
 
     def __init__(
@@ -219,10 +235,12 @@ class SelfAttentionDecoderLayer(keras.layers.Layer):
             bias=mha_bias,
             dropout=attention_dropout,
             maximum_relative_position=maximum_relative_position,
+            dtype=self.dtype_policy,
             name="layer",
         )
         self.self_attention = TransformerLayerWrapper(
-            self_attention, dropout, pre_norm=pre_norm, name="self_attention"
+            self_attention, dropout, pre_norm=pre_norm, dtype=self.dtype_policy,
+            name="self_attention",
         )
         memory_attention = MultiHeadAttention(
             num_heads,
@@ -230,15 +248,26 @@ class SelfAttentionDecoderLayer(keras.layers.Layer):
             bias=mha_bias,
             dropout=attention_dropout,
             return_attention=True,
+            dtype=self.dtype_policy,
             name="layer",
         )
         self.attention = [
-            TransformerLayerWrapper(memory_attention, dropout, pre_norm=pre_norm, name="attention_0")
+            TransformerLayerWrapper(
+                memory_attention, dropout, pre_norm=pre_norm, dtype=self.dtype_policy,
+                name="attention_0",
+            )
         ]
         ffn = FeedForwardNetwork(
-            ffn_inner_dim, num_units, dropout=ffn_dropout, activation=ffn_activation, name="layer"
+            ffn_inner_dim,
+            num_units,
+            dropout=ffn_dropout,
+            activation=ffn_activation,
+            dtype=self.dtype_policy,
+            name="layer",
         )
-        self.ffn = TransformerLayerWrapper(ffn, dropout, pre_norm=pre_norm, name="ffn")
+        self.ffn = TransformerLayerWrapper(
+            ffn, dropout, pre_norm=pre_norm, dtype=self.dtype_policy, name="ffn"
+        )
 
     def build(self, inputs_shape, memory_shape=None):
         memory_shape = inputs_shape if memory_shape is None else memory_shape
@@ -258,31 +287,29 @@ class SelfAttentionDecoderLayer(keras.layers.Layer):
         memory_mask=None,
         cache=None,
         training=None,
-        trace=None,
     ):
         cache = cache or {}
-        outputs, self_kv = self.self_attention(
-            inputs,
-            attention_mask=attention_mask,
-            cache=cache.get("self_kv"),
-            training=training,
-            trace=scoped(trace, "self_attention"),
-        )
-        outputs, memory_kv, attention = self.attention[0](
-            outputs,
-            memory=memory,
-            attention_mask=memory_mask,
-            cache=cache.get("memory_kv"),
-            training=training,
-            trace=scoped(trace, "attention"),
-        )
-        outputs = self.ffn(outputs, training=training, trace=scoped(trace, "ffn"))
-        if trace is not None:
-            trace.record("output", outputs)
+        with recording_scope("self_attention"):
+            outputs, self_kv = self.self_attention(
+                inputs,
+                attention_mask=attention_mask,
+                cache=cache.get("self_kv"),
+                training=training,
+            )
+        with recording_scope("attention"):
+            outputs, memory_kv, attention = self.attention[0](
+                outputs,
+                memory=memory,
+                attention_mask=memory_mask,
+                cache=cache.get("memory_kv"),
+                training=training,
+            )
+        with recording_scope("ffn"):
+            outputs = self.ffn(outputs, training=training)
+        record("output", outputs)
         return outputs, {"self_kv": self_kv, "memory_kv": memory_kv}, attention
 
-    def compute_output_shape(self, inputs_shape, memory_shape=None):
-        return inputs_shape
+    # No compute_output_shape: symbolic calls trace `call` for its (outputs, cache, attention).
 
     def get_config(self):
         config = super().get_config()

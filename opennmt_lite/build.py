@@ -1,0 +1,293 @@
+"""The builder: config sections -> the runtime objects every command uses.
+
+Like OpenNMT-tf's runner, this module turns the configuration into vocabularies and tokenizers,
+the model, the optimizer and its schedule, the input datasets, the distribution strategy, the
+train step, the evaluator and the trainer; the trainer then only trains, and the commands only
+wire these objects together. Nothing else reads a whole `Config`.
+
+Order matters when training: thread pools and logical devices must be set before TensorFlow
+starts, and the dtype policy before the model is built (see `trainer`).
+"""
+
+import collections
+import contextlib
+import logging
+import os
+
+import keras
+
+from opennmt_lite import checkpoints
+from opennmt_lite.config import ConfigError
+from opennmt_lite.data import EvaluationInput, InferenceInput, TrainingInput, accum_steps
+from opennmt_lite.data import fingerprints
+from opennmt_lite.data.tokenizers import make_tokenizer
+from opennmt_lite.data.vocab import Vocabulary
+from opennmt_lite.models import Transformer
+from opennmt_lite.training import schedules
+
+logger = logging.getLogger("opennmt_lite")
+
+Assets = collections.namedtuple(
+    "Assets", ["source_vocabulary", "target_vocabulary", "source_tokenizer", "target_tokenizer"]
+)
+
+
+def set_precision(policy):
+    """Sets the global Keras dtype policy (e.g. `config.train.dtype_policy`); returns it."""
+    keras.config.set_dtype_policy(policy)
+    return policy
+
+
+def tokenizer(tokenization):
+    """The tokenizer of a `Tokenization` section (None: pre-tokenized, split on spaces)."""
+    if tokenization is None:
+        return make_tokenizer(None)
+    if tokenization.type == "sentencepiece":
+        return make_tokenizer({"type": "sentencepiece", "model": tokenization.model})
+    return make_tokenizer({"type": "space"})
+
+
+def assets(data):
+    """Vocabularies and tokenizers named in the `data` section (clear errors when missing)."""
+    for name in ("source_vocabulary", "target_vocabulary"):
+        path = getattr(data, name)
+        if not path:
+            raise ConfigError(f"data.{name} must be set (run `python run.py build-vocab` to create it)")
+        if not os.path.exists(path):
+            raise ConfigError(
+                f"data.{name}: {path} not found (run `python run.py build-vocab --config ...` "
+                f"to create the vocabularies)"
+            )
+    for side in ("source", "target"):
+        tokenization = getattr(data, f"{side}_tokenization")
+        if tokenization and tokenization.type == "sentencepiece":
+            if not os.path.exists(tokenization.model):
+                raise ConfigError(f"data.{side}_tokenization.model: {tokenization.model} not found "
+                                  f"(run `python run.py build-vocab`)")
+            # the vocabulary must have been built from this very model (see data/fingerprints.py)
+            fingerprints.check(getattr(data, f"{side}_vocabulary"), tokenization.model,
+                               name=f"data.{side}_vocabulary")
+    return Assets(
+        Vocabulary.from_file(data.source_vocabulary),
+        Vocabulary.from_file(data.target_vocabulary),
+        tokenizer(data.source_tokenization),
+        tokenizer(data.target_tokenization),
+    )
+
+
+def model(model_config, assets):
+    """The Transformer of the `model` section, built (variables created)."""
+    sizes = (assets.source_vocabulary.num_ids, assets.target_vocabulary.num_ids)
+    if model_config.share_embeddings in ("source_target_input", "all") and sizes[0] != sizes[1]:
+        raise ConfigError(
+            f"model.share_embeddings: {model_config.share_embeddings} needs one vocabulary for "
+            f"source and target, but data.source_vocabulary has {sizes[0] - 1} lines and "
+            f"data.target_vocabulary {sizes[1] - 1}")
+    transformer = Transformer(
+        assets.source_vocabulary.num_ids,
+        assets.target_vocabulary.num_ids,
+        num_layers=model_config.num_layers,
+        num_units=model_config.num_units,
+        num_heads=model_config.num_heads,
+        ffn_inner_dim=model_config.ffn_inner_dim,
+        dropout=model_config.dropout,
+        attention_dropout=model_config.attention_dropout,
+        ffn_dropout=model_config.ffn_dropout,
+        ffn_activation=model_config.ffn_activation,
+        maximum_relative_position=model_config.maximum_relative_position,
+        pre_norm=model_config.pre_norm,
+        position_encoding=None if model_config.position_encoding == "none" else model_config.position_encoding,
+        share_embeddings=model_config.share_embeddings,
+        output_layer_bias=model_config.output_layer_bias,
+    )
+    transformer.build()
+    return transformer
+
+
+def learning_rate(params):
+    """The learning rate of the `params` section: a float, or OpenNMT-tf's wrapped schedule."""
+    if params.decay_type is None:
+        return params.learning_rate
+    # decay_params are the schedule's own arguments (checked by the config); the scale of
+    # NoamDecay and the rate of InvSqrtDecay default to params.learning_rate, as in OpenNMT-tf.
+    if params.decay_type == "NoamDecay":
+        schedule = schedules.NoamDecay(**{"scale": params.learning_rate, **params.decay_params})
+    else:
+        schedule = schedules.InvSqrtDecay(**{"learning_rate": params.learning_rate, **params.decay_params})
+    return schedules.ScheduleWrapper(
+        schedule,
+        start_decay_steps=params.start_decay_steps,
+        decay_step_duration=params.decay_step_duration,
+        minimum_learning_rate=params.minimum_learning_rate,
+    )
+
+
+def optimizer(params, dtype_policy="float32"):
+    """The Keras optimizer of the `params` section; a dynamic LossScaleOptimizer in float16.
+
+    OpenNMT-tf's Transformer recipe uses LazyAdam (TensorFlow Addons), which Keras 3 lacks.
+    LazyAdam differs from Adam only for sparse gradients, and OpenNMT-tf accumulated gradients
+    densely before applying them, so its LazyAdam always computed exactly Adam: Adam it is, with
+    Keras 2's epsilon 1e-7.
+    """
+    kwargs = dict(params.optimizer_params)  # keys checked by the config
+    rate = learning_rate(params)
+    if params.optimizer in ("Adam", "LazyAdam"):
+        kwargs.setdefault("epsilon", 1e-7)
+        result = keras.optimizers.Adam(learning_rate=rate, **kwargs)
+    elif params.optimizer == "AdamW":
+        kwargs.setdefault("epsilon", 1e-7)
+        result = keras.optimizers.AdamW(learning_rate=rate, **kwargs)
+    else:
+        result = keras.optimizers.SGD(learning_rate=rate, **kwargs)
+    if dtype_policy == "mixed_float16":
+        # Initial scale 2**15 and growth every 2000 finite steps, like TensorFlow's default.
+        result = keras.optimizers.LossScaleOptimizer(result, initial_scale=2.0**15, dynamic_growth_steps=2000)
+    return result
+
+
+def training_inputs(data, train, assets, strategy):
+    """One `TrainingInput` per replica this process drives, each reading its own shard."""
+    from opennmt_lite.training.distribute import replica_shards
+
+    inputs = []
+    for num_shards, shard_index in replica_shards(strategy):
+        inputs.append(TrainingInput(
+            data.train_features_file, data.train_labels_file,
+            source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
+            source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
+            batch_size=train.batch_size, batch_type=train.batch_type,
+            batch_size_multiple=train.batch_size_multiple_or_default, scheme=train.batching,
+            length_bucket_width=train.length_bucket_width,
+            sample_buffer_size=train.sample_buffer_size,
+            maximum_features_length=train.maximum_features_length,
+            maximum_labels_length=train.maximum_labels_length,
+            shuffle=True, seed=train.seed, repeat=not train.single_pass,
+            pad_to_multiple=train.pad_to_multiple,
+            accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
+            num_shards=num_shards, shard_index=shard_index,
+        ))
+    return inputs
+
+
+def evaluation_input(data, eval_config, assets):
+    return EvaluationInput(
+        data.eval_features_file, data.eval_labels_file,
+        source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
+        source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
+        batch_size=eval_config.batch_size, batch_type=eval_config.batch_type,
+        length_bucket_width=eval_config.length_bucket_width,
+    )
+
+
+def inference_input(features_file, infer_config, assets):
+    return InferenceInput(
+        features_file, source_vocabulary=assets.source_vocabulary,
+        source_tokenizer=assets.source_tokenizer, batch_size=infer_config.batch_size,
+        batch_type=infer_config.batch_type, length_bucket_width=infer_config.length_bucket_width or None,
+        maximum_features_length=infer_config.maximum_features_length,
+    )
+
+
+def evaluator(config, transformer, assets, current_step=0):
+    """The periodic evaluator of a training run (validation loss, scorers, early stopping)."""
+    from opennmt_lite.training.evaluation import Evaluator
+
+    return Evaluator(
+        transformer, assets, evaluation_input(config.data, config.eval, assets),
+        references_file=config.data.eval_labels_file, eval_config=config.eval,
+        directory=os.path.join(config.model_dir, "eval"),
+        maximum_decoding_length=config.params.maximum_decoding_length, current_step=current_step,
+    )
+
+
+def warn_surprises(train, num_replicas=1):
+    """Logs, once, the settings that are legal but do not do what they seem to."""
+    per_step = train.batch_size * num_replicas
+    if train.effective_batch_size is not None and train.effective_batch_size < per_step:
+        logger.warning(
+            "train.effective_batch_size (%d) is smaller than train.batch_size (%d%s): each step "
+            "uses one batch per replica, %d %s in all, more than asked", train.effective_batch_size,
+            train.batch_size, f" x {num_replicas} replicas" if num_replicas > 1 else "", per_step,
+            train.batch_type)
+    if train.dtype_policy == "mixed_bfloat16":
+        import tensorflow as tf
+
+        from opennmt_lite.cpu import cpu_features
+
+        features = cpu_features()
+        if not features.native_bfloat16 and not tf.config.list_physical_devices("GPU"):
+            logger.warning(
+                "train.mixed_precision: bfloat16 on a CPU without bfloat16 instructions (%s): "
+                "expect it to be slower than float32 (0.66x measured on an AVX2 CPU); "
+                "mixed_precision: false is faster here", features.describe())
+
+
+def trainer(config, with_evaluation=None):
+    """The `Trainer` of a config, with everything it needs built in the right order; restores
+    the latest checkpoint of model_dir. `with_evaluation` defaults to whether the config names
+    evaluation files."""
+    from opennmt_lite.training.distribute import make_strategy
+    from opennmt_lite.training.lock import prepare_model_dir
+    from opennmt_lite.training.step import TrainStep, configure_threads
+    from opennmt_lite.training.trainer import Trainer
+
+    config.check_training()
+    train = config.train
+    # First, before TensorFlow starts: thread pools for sub-batches, and the CPU may have to be
+    # split into logical devices.
+    configure_threads(train.sub_batches)
+    strategy = make_strategy(train.num_devices)
+    prepare_model_dir(config.model_dir)
+    warn_surprises(train, strategy.num_replicas_in_sync if strategy else 1)
+    set_precision(train.dtype_policy)
+    keras.utils.set_random_seed(train.seed)
+    built_assets = assets(config.data)
+    with strategy.scope() if strategy else contextlib.nullcontext():
+        transformer = model(config.model, built_assets)
+        built_optimizer = optimizer(config.params, train.dtype_policy)
+        built_optimizer.build(transformer.trainable_variables)
+    inputs = training_inputs(config.data, train, built_assets, strategy)
+    step = TrainStep(
+        transformer, built_optimizer, inputs[0].accum_steps,
+        label_smoothing=config.params.label_smoothing,
+        average_loss_in_time=config.params.average_loss_in_time,
+        jit_compile=train.jit_compile, strategy=strategy, sub_batches=train.sub_batches,
+    )
+    result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
+    if config.with_evaluation if with_evaluation is None else with_evaluation:
+        if result.chief:
+            result.evaluator = evaluator(config, transformer, built_assets, result.step)
+    return result
+
+
+def decoding_options(params, infer_config, beam_width=None, n_best=None):
+    """The keyword arguments of `inference.decoding.translate` from the `params` and `infer`
+    sections; `beam_width` / `n_best` (command-line values) override them."""
+    beam_width = beam_width or params.beam_width
+    n_best = n_best or infer_config.n_best
+    if n_best > beam_width:
+        raise ConfigError(f"n_best ({n_best}) cannot exceed the beam width ({beam_width})")
+    return dict(
+        beam_width=beam_width,
+        length_penalty=params.length_penalty,
+        n_best=n_best,
+        maximum_decoding_length=params.maximum_decoding_length,
+        minimum_decoding_length=params.minimum_decoding_length,
+    )
+
+
+def inference_model(config, checkpoint=None, required=True):
+    """(model in float32 with its weights restored, assets, checkpoint path) for the commands
+    that use a trained model: infer, export, evaluate, score, inspect. With `required` False and
+    no checkpoint anywhere, the weights stay random and the path is None (inspect)."""
+    set_precision("float32")
+    built_assets = assets(config.data)
+    transformer = model(config.model, built_assets)
+    try:
+        path = checkpoints.restore_weights(transformer, config.model_dir, checkpoint)
+    except FileNotFoundError:
+        if required or checkpoint is not None:
+            raise
+        path = None
+    return transformer, built_assets, path

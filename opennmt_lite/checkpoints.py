@@ -1,0 +1,381 @@
+"""Checkpoints: finding, checking, restoring and saving them, in both formats this package reads.
+
+- opennmt-lite's own: `<model_dir>/checkpoints/ckpt-<step>.{index,data-*}`. Every variable is
+  saved under an explicit name (`model/encoder/layers/0/...`, `optimizer/m/encoder/...`,
+  `data/groups_done`) built by walking the layer tree (`variables.named_variables`), so nothing
+  a Keras 3 layer keeps in a Python list can be missed.
+- OpenNMT-tf 2.x's, directly in `<model_dir>` (its layout); told apart by its inputter names,
+  mapped onto our variables by `onmt/checkpoint_import.py`, and never written to.
+
+Damage (a save killed between TensorFlow's writes, a truncated or corrupted file) must not cost
+training progress. So checkpoints are found by listing their files, not from the `checkpoint`
+state file; the one to use is read in full first (checksums and sizes), and a damaged one is
+skipped, with a warning, for the next newest. Training moves the damaged ones it skipped into
+`checkpoints/damaged/`, and rotation counts only readable checkpoints, so it never deletes a
+good checkpoint while keeping a bad one.
+"""
+
+import logging
+import os
+import re
+import shutil
+
+import numpy as np
+import tensorflow as tf
+
+from opennmt_lite.errors import UserError
+from opennmt_lite.training.optimizers import optimizer_state
+from opennmt_lite.variables import named_variables, nested
+
+logger = logging.getLogger("opennmt_lite")
+
+SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
+ONMT_MARK = "model/examples_inputter/"  # OpenNMT-tf keeps its embeddings under its inputters
+# ckpt-12.index, ckpt-12.data-00000-of-00001 -> prefix ckpt-12, step 12
+FILE_PATTERN = re.compile(r"^(.+-(\d+))\.(index|data-\d+-of-\d+)$")
+# What a killed save leaves: TensorFlow's `<prefix>_temp/` folder and our state file's temp.
+LEFTOVER_PATTERN = re.compile(r"^(.+-\d+_temp|checkpoint\.tmp.*)$")
+
+
+class CheckpointError(UserError, ValueError):
+    """A checkpoint that is damaged or does not fit the model; the message names its path."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """No checkpoint where one was asked for."""
+
+
+def checkpoint_directory(model_dir):
+    return os.path.join(model_dir, "checkpoints")
+
+
+# -- finding ---------------------------------------------------------------------------------
+
+def candidates(directory):
+    """[prefix] of every checkpoint in `directory` with any file (index or data), newest step
+    first: listed from the files themselves, so a damaged `checkpoint` state file is harmless."""
+    if not os.path.isdir(directory):
+        return []
+    steps = {}
+    for name in os.listdir(directory):
+        match = FILE_PATTERN.match(name)
+        if match:
+            steps[os.path.join(directory, match.group(1))] = int(match.group(2))
+    return sorted(steps, key=steps.get, reverse=True)
+
+
+def damage(prefix, read_data=True):
+    """Why the checkpoint `prefix` cannot be used, or None if it can: its index or a data shard
+    is missing, the index does not parse, or (with `read_data`) a tensor cannot be read back,
+    which catches truncated and corrupted data (TensorFlow checks sizes and checksums)."""
+    if not os.path.exists(prefix + ".index"):
+        return "its .index file is missing"
+    shards = {}  # {shard count: shard indices present}
+    for path in _files(prefix):
+        match = re.search(r"\.data-(\d+)-of-(\d+)$", path)
+        if match:
+            shards.setdefault(int(match.group(2)), set()).add(int(match.group(1)))
+    if not any(found == set(range(count)) for count, found in shards.items()):
+        return "a data file is missing"
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        if read_data:
+            for name in reader.get_variable_to_shape_map():
+                reader.get_tensor(name)
+    except Exception as error:  # the reader's errors vary: OpError, IndexError on a short read
+        return f"unreadable ({str(error).splitlines()[0]})"
+    return None
+
+
+def newest_intact(directory):
+    """(newest readable checkpoint of `directory` or None, [(damaged newer prefix, why)]);
+    each damaged one skipped is logged."""
+    skipped = []
+    for prefix in candidates(directory):
+        reason = damage(prefix)
+        if reason is None:
+            _note_state_file(directory, prefix)
+            return prefix, skipped
+        logger.warning("skipping damaged checkpoint %s: %s", prefix, reason)
+        skipped.append((prefix, reason))
+    return None, skipped
+
+
+def _note_state_file(directory, prefix):
+    """Says when the `checkpoint` state file disagrees with the checkpoint chosen (it is not
+    used: a killed save or a damaged disk can leave it wrong)."""
+    path = os.path.join(directory, "checkpoint")
+    if not os.path.exists(path):
+        return
+    try:
+        named = tf.train.get_checkpoint_state(directory).model_checkpoint_path
+    except Exception:  # garbage in the file: a text-format parse error
+        logger.warning("ignoring the unreadable checkpoint state file %s", path)
+        return
+    if os.path.basename(named) != os.path.basename(prefix):
+        logger.warning("the checkpoint state file %s names %s; using %s, the newest readable",
+                       path, named, prefix)
+
+
+def latest(model_dir):
+    """The newest readable opennmt-lite checkpoint of `model_dir` (in `checkpoints/`), else the
+    newest readable checkpoint directly in `model_dir` (OpenNMT-tf's layout), else None."""
+    for directory in (checkpoint_directory(model_dir), model_dir):
+        prefix, _ = newest_intact(directory)
+        if prefix is not None:
+            return prefix
+    return None
+
+
+def resolve(path):
+    """The checkpoint prefix a user's `path` names: a prefix (`.../ckpt-12`), one of its files
+    (`ckpt-12.index`), or a directory (a model_dir or a checkpoints folder: its newest readable
+    checkpoint), read in full first. Raises CheckpointNotFoundError naming `path` if there is
+    none, CheckpointError if the prefix named is damaged."""
+    path = re.sub(r"\.(index|data-\d+-of-\d+)$", "", path)
+    if os.path.isdir(path):
+        prefix = latest(path)
+        if prefix is None:
+            raise CheckpointNotFoundError(f"no checkpoint found in directory {path}")
+        return prefix
+    if not os.path.exists(path + ".index"):
+        raise CheckpointNotFoundError(f"checkpoint {path} not found (no {path}.index)")
+    reason = damage(path)
+    if reason is not None:
+        raise CheckpointError(f"checkpoint {path} is damaged: {reason}")
+    return path
+
+
+def is_onmt(prefix):
+    """Whether `prefix` is an OpenNMT-tf checkpoint (else an opennmt-lite one)."""
+    return any(name.startswith(ONMT_MARK) for name in _reader(prefix).get_variable_to_shape_map())
+
+
+# -- reading ---------------------------------------------------------------------------------
+
+def _reader(prefix):
+    if not os.path.exists(prefix + ".index"):
+        raise CheckpointNotFoundError(f"checkpoint {prefix} not found (no {prefix}.index)")
+    try:
+        return tf.train.load_checkpoint(prefix)
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {prefix} is damaged: {str(error).splitlines()[0]}") from None
+
+
+def contents(path):
+    """{name: shape} of the variables stored in a checkpoint prefix (or the one `resolve` picks
+    in a directory); names without the `/.ATTRIBUTES/VARIABLE_VALUE` suffix."""
+    reader = _reader(resolve(path) if os.path.isdir(path) else path)
+    return {name[: -len(SUFFIX)]: tuple(shape)
+            for name, shape in reader.get_variable_to_shape_map().items() if name.endswith(SUFFIX)}
+
+
+def read(prefix, names):
+    """{name: numpy value} for each of `names` (no suffix); CheckpointError if unreadable."""
+    reader = _reader(prefix)
+    try:
+        return {name: reader.get_tensor(name + SUFFIX) for name in names}
+    except Exception as error:  # a short read or a checksum mismatch
+        raise CheckpointError(f"checkpoint {prefix} is damaged: {str(error).splitlines()[0]}") from None
+
+
+def _optional(name):
+    # Dropout seed states may be absent (saved with dropout 0) or extra (loaded with dropout 0).
+    return "dropout_seed" in name
+
+
+def check_shapes(prefix, expected, leftover_under=("model/",), kind="checkpoint"):
+    """The one compatibility check: raises CheckpointError naming every variable of `expected`
+    ({checkpoint name: shape}) that `prefix` lacks or holds with another shape, and every
+    variable stored under one of `leftover_under` that `expected` does not name.
+    OpenNMT-tf's optimizer slots (`.OPTIMIZER_SLOT`) are not variables here."""
+    stored = {name: shape for name, shape in contents(prefix).items() if "/.OPTIMIZER_SLOT/" not in name}
+    problems = []
+    for name, shape in expected.items():
+        if name not in stored:
+            if not _optional(name):
+                problems.append(f"missing in checkpoint: {name} (expected shape {tuple(shape)})")
+        elif stored[name] != tuple(shape):
+            problems.append(f"shape mismatch: {name} is {stored[name]} in the checkpoint, "
+                            f"{tuple(shape)} in the model")
+    for name in sorted(stored):
+        if name not in expected and not _optional(name) and name.startswith(tuple(leftover_under)):
+            problems.append(f"not used by the model: {name} {stored[name]}")
+    if problems:
+        raise CheckpointError(
+            f"{kind} {prefix} does not match the configured model (was it trained with another "
+            f"model configuration?):\n  " + "\n  ".join(problems))
+
+
+def assign(prefix, mapping, leftover_under=("model/",), kind="checkpoint"):
+    """Assigns checkpoint values to variables, mapping: {checkpoint name: variable}. Checks the
+    shapes first (check_shapes) and reads every value before assigning any, so that nothing is
+    assigned when the checkpoint does not fit or is damaged. Returns `prefix`."""
+    check_shapes(prefix, {name: v.shape for name, v in mapping.items()}, leftover_under, kind)
+    stored = contents(prefix)
+    values = read(prefix, [name for name in mapping if name in stored])
+    for name, value in values.items():
+        mapping[name].assign(np.asarray(value, dtype=mapping[name].dtype))
+    return prefix
+
+
+# -- restoring -------------------------------------------------------------------------------
+
+def restore_weights(model, model_dir, checkpoint=None):
+    """Loads model weights (infer, export, evaluate, inspect) from `checkpoint` (see resolve),
+    else from the newest readable checkpoint of `model_dir` (see latest), of either format.
+    Returns the prefix loaded; CheckpointNotFoundError (a FileNotFoundError) if there is none."""
+    from opennmt_lite.onmt import checkpoint_import  # (it builds on this module)
+
+    prefix = resolve(checkpoint) if checkpoint is not None else latest(model_dir)
+    if prefix is None:
+        raise CheckpointNotFoundError(
+            f"no checkpoint in {checkpoint_directory(model_dir)} nor an OpenNMT-tf checkpoint in "
+            f"{model_dir}: train a model first or pass --checkpoint")
+    if is_onmt(prefix):
+        checkpoint_import.assign_model(prefix, model)
+        logger.info("loaded OpenNMT-tf checkpoint %s", prefix)
+    else:
+        Checkpoint(model).restore_weights(prefix)
+        logger.info("loaded checkpoint %s", prefix)
+    return prefix
+
+
+def restore_for_training(checkpoint, model_dir):
+    """Restores a training run: the newest readable opennmt-lite checkpoint of
+    `checkpoint.restore_dir` (model, optimizer, data position), else the newest readable
+    OpenNMT-tf checkpoint of `model_dir` (weights, Adam moments and step imported). Returns the
+    prefix restored or imported, or None (nothing to restore: training starts from scratch)."""
+    from opennmt_lite.onmt import checkpoint_import  # (it builds on this module)
+
+    prefix = checkpoint.restore()
+    if prefix is not None:
+        logger.info("restored %s (step %d)", prefix, int(checkpoint.optimizer.iterations.numpy()))
+        return prefix
+    prefix, _ = newest_intact(model_dir)
+    if prefix is None or not is_onmt(prefix):
+        return None
+    checkpoint_import.assign_model(prefix, checkpoint.model)
+    step = checkpoint_import.assign_optimizer_state(prefix, checkpoint.model, checkpoint.optimizer)
+    logger.info("imported OpenNMT-tf checkpoint %s (step %d); opennmt-lite checkpoints go to %s",
+                prefix, step, checkpoint.save_dir)
+    return prefix
+
+
+# -- the training checkpoint -----------------------------------------------------------------
+
+class Checkpoint:
+    """A model, its optimizer and extra named variables (e.g. the data position), saved to
+    `save_dir` and restored from `restore_dir` (default: save_dir). They differ for a non-chief
+    worker, which resumes from the chief's checkpoints but writes its own to a scratch folder.
+    `latest` is the prefix last saved or restored by this object."""
+
+    def __init__(self, model, optimizer=None, save_dir=None, restore_dir=None, max_to_keep=8,
+                 extra=None):
+        self.model = model
+        self.optimizer = optimizer
+        self.save_dir = save_dir
+        self.restore_dir = restore_dir if restore_dir is not None else save_dir
+        self.max_to_keep = max_to_keep
+        self.latest = None
+        self.variables = {f"model/{p}": v for p, v in named_variables(model).items()}
+        if optimizer is not None:
+            trainable = {path: v for path, v in named_variables(model, include_seeds=False).items()
+                         if v.trainable}
+            state = optimizer_state(optimizer, trainable)
+            self.variables.update({f"optimizer/{p}": v for p, v in state.items()})
+        self.variables.update(extra or {})
+        self._checkpoint = tf.train.Checkpoint(**nested(self.variables))
+        self._checkpoint.save_counter  # created now (saved since the first versions), not mid-save
+
+    def check_compatible(self, prefix):
+        """CheckpointError naming every variable missing, mis-shaped or left over in `prefix`."""
+        check_shapes(prefix, {name: v.shape for name, v in self.variables.items()})
+
+    def restore(self, prefix=None):
+        """Restores every variable from `prefix`, default the newest readable checkpoint of
+        restore_dir; returns the prefix, or None if there is none. When this object also saves
+        there, what killed saves left is deleted and the damaged checkpoints newer than the one
+        restored are moved to `damaged/` (the run will write those steps again)."""
+        if prefix is None:
+            prefix, skipped = newest_intact(self.restore_dir)
+            if self.save_dir == self.restore_dir and os.path.isdir(self.save_dir):
+                _remove_leftovers(self.save_dir)
+                _quarantine([p for p, _ in skipped])
+            if prefix is None:
+                return None
+        self.check_compatible(prefix)
+        self._checkpoint.read(prefix).assert_existing_objects_matched()
+        self.latest = prefix
+        return prefix
+
+    def restore_weights(self, prefix):
+        """Restores only the model variables of `prefix` (for inference, export, fine-tuning)."""
+        model_variables = {name: v for name, v in self.variables.items() if name.startswith("model/")}
+        return assign(prefix, model_variables)
+
+    def save(self, step):
+        """Writes `ckpt-<step>` to save_dir, then the `checkpoint` state file, then deletes the
+        checkpoints older than the newest `max_to_keep` readable ones. Returns the prefix."""
+        os.makedirs(self.save_dir, exist_ok=True)
+        _remove_leftovers(self.save_dir)
+        prefix = os.path.join(self.save_dir, f"ckpt-{int(step)}")
+        self._checkpoint.save_counter.assign_add(1)
+        self._checkpoint.write(prefix)
+        # Rotation counts only readable checkpoints (index and every data file present: reading
+        # all the data back at each save would cost too much; the damaged checkpoints a restore
+        # found were moved away). Once `max_to_keep` of them exist, everything older goes.
+        everything = candidates(self.save_dir)
+        readable = [p for p in everything if damage(p, read_data=False) is None]
+        kept = readable[: self.max_to_keep] if self.max_to_keep else readable
+        _write_state_file(self.save_dir, prefix, kept)
+        if self.max_to_keep and len(kept) == self.max_to_keep:
+            for old in everything[everything.index(kept[-1]) + 1:]:
+                _remove(old)
+        self.latest = prefix
+        return prefix
+
+
+def _files(prefix):
+    directory, base = os.path.split(prefix)
+    return [os.path.join(directory, name) for name in os.listdir(directory or ".")
+            if name == base + ".index" or name.startswith(base + ".data-")]
+
+
+def _remove(prefix):
+    for path in _files(prefix):
+        os.remove(path)
+
+
+def _quarantine(prefixes):
+    """Moves damaged checkpoints into `damaged/` beside them: out of every listing and rotation,
+    but kept for a look."""
+    for prefix in prefixes:
+        target = os.path.join(os.path.dirname(prefix), "damaged")
+        os.makedirs(target, exist_ok=True)
+        for path in _files(prefix):
+            os.replace(path, os.path.join(target, os.path.basename(path)))
+        logger.warning("moved the damaged checkpoint %s to %s", prefix, target)
+
+
+def _remove_leftovers(directory):
+    """Deletes what killed saves left: TensorFlow's `ckpt-N_temp/` folders, state file temps."""
+    for name in os.listdir(directory):
+        if LEFTOVER_PATTERN.match(name):
+            path = os.path.join(directory, name)
+            logger.info("removing %s, left by an interrupted save", path)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                os.remove(path)
+
+
+def _write_state_file(directory, prefix, kept):
+    """TensorFlow's `checkpoint` state file (for tf.train.latest_checkpoint and other tools;
+    restore does not read it), replaced atomically. Names are relative, as TensorFlow writes."""
+    lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
+    lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in reversed(kept)]
+    temporary = os.path.join(directory, "checkpoint.tmp")
+    with open(temporary, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(temporary, os.path.join(directory, "checkpoint"))

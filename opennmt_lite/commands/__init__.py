@@ -1,0 +1,60 @@
+"""One module per `run.py` command. Each has `HELP`, `add_arguments(parser)` and `run(args,
+config)`; `config` is the loaded `Config` (None for commands that take no --config)."""
+
+import argparse
+
+# Command name (as typed) -> module name, in the order `run.py --help` lists them.
+COMMANDS = {
+    "build-vocab": "build_vocab",
+    "train": "train",
+    "infer": "infer",
+    "export": "export",
+    "evaluate": "evaluate",
+    "inspect": "inspect",
+}
+
+
+def positive_int(text):
+    """argparse type: an integer of at least 1 (a command-line value is checked like a config
+    value, never silently replaced)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def non_negative_int(text):
+    """argparse type: an integer of at least 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be at least 0, got {value}")
+    return value
+
+
+def check_output_file(path, option):
+    """Fails now, before any work, if the file `path` (given with `option`) cannot be written:
+    its parent directory is created if needed. Raises OutputError (a user error)."""
+    import os
+
+    from opennmt_lite.errors import OutputError
+
+    if os.path.isdir(path):
+        raise OutputError(f"{option} {path} is a directory")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, exist_ok=True)
+    except OSError as error:
+        raise OutputError(f"{option} {path}: cannot create its directory ({error.strerror or error})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputError(f"{option} {path}: its directory is not writable")
+
+
+def add_checkpoint_argument(parser):
+    parser.add_argument("--checkpoint", help="checkpoint prefix or directory (default: the latest "
+                        "of model_dir, opennmt-lite's or OpenNMT-tf's)")

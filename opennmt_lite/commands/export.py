@@ -1,0 +1,51 @@
+"""`run.py export`: a TensorFlow SavedModel (see opennmt_lite.export.saved_model), or with
+`--format ctranslate2` a CTranslate2 model (see opennmt_lite.export.ctranslate2)."""
+
+import os
+
+from opennmt_lite.commands import add_checkpoint_argument
+from opennmt_lite.errors import ArgumentError, OutputError
+
+HELP = "write a TensorFlow SavedModel or a CTranslate2 model"
+# CTranslate2 weight types (opennmt_lite.export.ctranslate2.QUANTIZATIONS; not imported here so
+# that `run.py --help` does not need CTranslate2).
+QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
+
+
+def add_arguments(parser):
+    add_checkpoint_argument(parser)
+    parser.add_argument("--output", required=True, help="SavedModel directory to write")
+    parser.add_argument("--format", choices=("saved_model", "ctranslate2"), default="saved_model")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="ctranslate2: weight type (default float32)")
+    parser.add_argument("--force", action="store_true",
+                        help="ctranslate2: replace a model already in --output")
+
+
+def run(args, config):
+    from opennmt_lite import build
+    from opennmt_lite.export.saved_model import export_model
+
+    if args.format == "ctranslate2":
+        return _export_ctranslate2(args, config)
+    if args.quantization or args.force:
+        raise ArgumentError("--quantization and --force apply to --format ctranslate2 only")
+    if os.path.exists(args.output) and not os.path.isdir(args.output):
+        raise OutputError(f"--output {args.output} is a file, not a directory")
+    if os.path.exists(args.output) and os.listdir(args.output):
+        raise OutputError(f"--output {args.output} already holds files: give a new or empty "
+                          "directory (an export never overwrites one)")
+    model, assets, _ = build.inference_model(config, args.checkpoint)
+    options = build.decoding_options(config.params, config.infer)
+    return export_model(model, assets, options, config.data, args.output)
+
+
+def _export_ctranslate2(args, config):
+    from opennmt_lite import build
+    from opennmt_lite.export import ctranslate2
+
+    ctranslate2.check_destination(args.output, args.force)  # before loading the model
+    model, assets, _ = build.inference_model(config, args.checkpoint)
+    options = build.decoding_options(config.params, config.infer)
+    return ctranslate2.export_model(model, assets, options, config.data, args.output,
+                                    quantization=args.quantization, force=args.force)

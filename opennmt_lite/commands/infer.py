@@ -1,0 +1,64 @@
+"""`run.py infer`: translates a file (see opennmt_lite.inference.translate for the output)."""
+
+import contextlib
+import logging
+import sys
+
+from opennmt_lite.commands import add_checkpoint_argument, check_output_file, positive_int
+from opennmt_lite.errors import ArgumentError
+
+HELP = "translate a file"
+logger = logging.getLogger("opennmt_lite")
+
+
+def add_arguments(parser):
+    add_checkpoint_argument(parser)
+    parser.add_argument("--features_file", required=True)
+    parser.add_argument("--predictions_file", help="default: standard output")
+    parser.add_argument("--beam_width", type=positive_int)
+    parser.add_argument("--n_best", type=positive_int)
+    parser.add_argument("--with_scores", action="store_true", default=None)
+    parser.add_argument("--ctranslate2", metavar="DIR",
+                        help="translate with this CTranslate2 model (run.py export --format "
+                        "ctranslate2) instead of the checkpoint")
+
+
+def run(args, config):
+    from opennmt_lite import build
+    from opennmt_lite.files import atomic_write
+    from opennmt_lite.inference.translate import format_lines, translate_file
+
+    if args.predictions_file:
+        check_output_file(args.predictions_file, "--predictions_file")
+    options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best)
+    if args.ctranslate2:
+        results = _translate_ctranslate2(args, config, options)
+    else:
+        model, assets, _ = build.inference_model(config, args.checkpoint)
+        data = build.inference_input(args.features_file, config.infer, assets)
+        results = translate_file(model, assets, data, options)
+    with_scores = config.infer.with_scores if args.with_scores is None else args.with_scores
+    with contextlib.ExitStack() as stack:
+        # (replaced whole at the end: an interrupted run leaves the previous file, not a part)
+        out = (stack.enter_context(atomic_write(args.predictions_file, encoding="utf-8"))
+               if args.predictions_file else sys.stdout)
+        for line in format_lines(results, with_scores):
+            out.write(line + "\n")
+    if args.predictions_file:
+        logger.info("wrote %d translations to %s", len(results), args.predictions_file)
+    return results
+
+
+def _translate_ctranslate2(args, config, options):
+    """The same tokenization, batches and results, decoded by CTranslate2."""
+    from opennmt_lite import build
+    from opennmt_lite.inference import ctranslate2
+
+    if args.checkpoint:
+        raise ArgumentError("--checkpoint and --ctranslate2 exclude each other (the CTranslate2 "
+                            "model holds its own weights)")
+    assets = build.assets(config.data)
+    translator = ctranslate2.load_translator(args.ctranslate2, assets)
+    data = build.inference_input(args.features_file, config.infer, assets)
+    return ctranslate2.translate_file(translator, assets, data, options,
+                                      unk_token=ctranslate2.unknown_token(args.ctranslate2))

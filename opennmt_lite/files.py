@@ -1,0 +1,90 @@
+"""Files written whole or not at all: under a temporary name beside the real one, synced to disk,
+then renamed onto it (a rename within a directory is atomic: a reader, or a run after a crash,
+finds the old file or the new one, never a part of one)."""
+
+import contextlib
+import os
+
+PARTIAL = ".partial"
+
+
+def _sync_directory(directory):
+    # The rename itself is durable only once the directory is synced (POSIX; skipped where a
+    # directory cannot be opened, e.g. Windows).
+    try:
+        descriptor = os.open(directory or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
+
+
+def _sync_file(path):
+    with open(path, "rb+") as stream:
+        os.fsync(stream.fileno())
+
+
+def _remove(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+class Staging:
+    """A set of files written under temporary names (`<path>.partial`) and renamed onto their
+    real names by `commit()`, in the order they were staged, those staged with `last=True`
+    after all the others. As a context manager: commits on success, removes the temporary
+    files on an exception."""
+
+    def __init__(self, suffix=PARTIAL):
+        self.suffix = suffix  # (two stagings of one file at a time need different suffixes)
+        self._pairs = []  # (temporary, final, last)
+
+    def path(self, final, last=False):
+        """The temporary path to write instead of `final` (its directory is created)."""
+        final = os.fspath(final)
+        directory = os.path.dirname(final)
+        if directory:
+            os.makedirs(directory, exist_ok=True)
+        temporary = final + self.suffix
+        _remove(temporary)  # left by a killed run
+        self._pairs.append((temporary, final, last))
+        return temporary
+
+    def commit(self):
+        """Syncs every temporary file, then renames them onto their real names."""
+        pairs = [p for p in self._pairs if not p[2]] + [p for p in self._pairs if p[2]]
+        for temporary, _, _ in pairs:
+            _sync_file(temporary)
+        for temporary, final, _ in pairs:
+            os.replace(temporary, final)
+        for directory in {os.path.dirname(final) for _, final, _ in pairs}:
+            _sync_directory(directory)
+        self._pairs = []
+
+    def discard(self):
+        for temporary, _, _ in self._pairs:
+            _remove(temporary)
+        self._pairs = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, error_type, error, traceback):
+        if error_type is None:
+            self.commit()
+        else:
+            self.discard()
+
+
+@contextlib.contextmanager
+def atomic_write(path, mode="w", suffix=PARTIAL, **open_options):
+    """`open(path, mode)` for writing, except that `path` is replaced only when the block ends
+    without an exception (before that, an existing file at `path` stays as it was). The data go
+    to `path + suffix` first."""
+    with Staging(suffix) as staging:
+        with open(staging.path(path), mode, **open_options) as stream:
+            yield stream

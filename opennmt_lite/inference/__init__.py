@@ -1,0 +1,1 @@
+"""Inference: greedy and beam search, translating files."""

@@ -1,0 +1,306 @@
+"""Greedy search and beam search, decoding exactly as OpenNMT-tf 2.32 does.
+
+Entry points:
+
+    translate(model, source_ids, source_length, beam_width=1, ...)  -> DecodingResult
+        (beam_width 1 is greedy search, > 1 beam search)
+    translation_function(model, ...)  a tf.function over ([None, None] int32, [None] int32)
+
+`model` needs `encode(ids, length)`, `target_inputter(ids)` and a `decoder` with
+`initial_state(memory, length)` and `step(inputs, step, state)` (see opennmt_lite.models).
+`dynamic_decode` holds the search itself and only needs a step function.
+
+Everything is TensorFlow: the steps run in one `tf.while_loop` whose self-attention cache and
+output history grow in time, so the functions trace inside `tf.function` (and export in a
+SavedModel) with unknown batch and source sizes; they also run eagerly.
+
+OpenNMT-tf behaviour reproduced here (see the notes on OpenNMT-tf's `utils/decoding.py`):
+
+* Hypotheses live in `batch * beam_width` rows, the beams of a sentence next to each other.
+  At step 0 only beam 0 is alive (the others start at log-probability -inf).
+* Log-probabilities are `log_softmax` of the float32 logits. Before step
+  `minimum_decoding_length`, -1e7 is added to the `</s>` logit. From then on a finished row can
+  only continue with `</s>`, at log-probability 0.
+* Greedy search takes the most likely token (lowest id on ties). Beam search ranks the K * V
+  continuations of a sentence by cumulative log-probability, divided by the GNMT length penalty
+  ((5 + length + 1) / 6) ** length_penalty when length_penalty != 0, where `length` is the
+  number of tokens before this step (`</s>` included; it stops growing when a hypothesis
+  finishes). It keeps the best K, ordered by that score, lower index first on ties. Greedy
+  search never applies the length penalty.
+* Finished hypotheses keep their beam slot until better unfinished ones push them out. Decoding
+  stops when every row of the batch has finished, or after `maximum_decoding_length` steps
+  (every step emits one token, `</s>` included, so an unfinished hypothesis then has exactly
+  that many tokens and no `</s>`).
+* The score kept for a row is `where(parent finished, old score of this SLOT, new score)`. A
+  finished hypothesis that moves to another slot therefore takes that slot's previous score.
+  This is OpenNMT-tf's quirk. It changes the scores OpenNMT-tf prints (and the later ranking),
+  never the tokens of a correctly scored hypothesis, and it is reproduced on purpose.
+* Output order is the beam-slot order; the first `n_best` slots are returned. Once all beams of
+  a sentence have finished, OpenNMT-tf keeps re-sorting the slots while other sentences of the
+  batch still decode, but it reads the tokens back from the step where the sentence finished
+  (its `gather_tree` stops at the longest hypothesis) and the scores no longer change. Here the
+  slots of such a sentence simply stay where they are, which gives the same output.
+
+The result is a `DecodingResult`: `ids` [batch, n_best, time] int32 without `</s>` and
+0-padded, `time` = the longest length in the batch; `lengths` [batch, n_best] int32 (tokens
+before `</s>`); `log_probs` [batch, n_best] float32, the cumulative log-probability including
+`</s>` that OpenNMT-tf prints with `with_scores`; `attention` [batch, n_best, time, src_time]
+float32 when requested (the alignment vector that produced each returned token; zeros after
+the end), else None.
+"""
+
+import inspect
+import typing
+
+import numpy as np
+import tensorflow as tf
+
+PAD_ID = 0
+START_ID = 1
+END_ID = 2
+# Added to the `</s>` logit before the minimum decoding length (OpenNMT-tf's value).
+END_PENALTY = -1e7
+FLOAT32_MAX = np.float32(np.finfo(np.float32).max)
+
+
+class DecodingResult(typing.NamedTuple):
+    ids: tf.Tensor
+    lengths: tf.Tensor
+    log_probs: tf.Tensor
+    attention: typing.Optional[tf.Tensor] = None
+
+
+def translate(
+    model,
+    source_ids,
+    source_length,
+    beam_width=1,
+    length_penalty=0.0,
+    n_best=1,
+    maximum_decoding_length=250,
+    minimum_decoding_length=0,
+    return_attention=False,
+):
+    """Encodes `source_ids` [batch, src_time] / `source_length` [batch] and decodes.
+
+    beam_width 1 is greedy search (length_penalty is then ignored, as in OpenNMT-tf).
+    """
+    _check_options(beam_width, n_best, maximum_decoding_length, minimum_decoding_length)
+    source_ids = tf.cast(source_ids, tf.int32)
+    source_length = tf.cast(source_length, tf.int32)
+    batch_size = tf.shape(source_ids)[0]
+    memory = model.encode(source_ids, source_length, training=False)
+    # Each sentence's beam_width copies are contiguous (OpenNMT-tf's tile_batch).
+    memory = tf.repeat(memory, beam_width, axis=0)
+    memory_length = tf.repeat(source_length, beam_width, axis=0)
+    state = model.decoder.initial_state(memory, memory_length)
+
+    def step_fn(ids, step, state):
+        return model.decoder.step(model.target_inputter(ids), step, state, training=False)
+
+    return dynamic_decode(
+        step_fn,
+        state,
+        batch_size,
+        beam_width=beam_width,
+        length_penalty=length_penalty,
+        n_best=n_best,
+        maximum_decoding_length=maximum_decoding_length,
+        minimum_decoding_length=minimum_decoding_length,
+        attention_size=tf.shape(memory)[1] if return_attention else None,
+    )
+
+
+def translation_function(model, **options):
+    """`translate(model, ..., **options)` as a tf.function with input signature
+    ([None, None] int32 source ids, [None] int32 source lengths)."""
+    # Checked now (with translate's defaults) rather than when the function first traces.
+    bound = inspect.signature(translate).bind(model, None, None, **options)
+    bound.apply_defaults()
+    _check_options(*(bound.arguments[name] for name in (
+        "beam_width", "n_best", "maximum_decoding_length", "minimum_decoding_length")))
+
+    @tf.function(
+        input_signature=[
+            tf.TensorSpec([None, None], tf.int32, name="source_ids"),
+            tf.TensorSpec([None], tf.int32, name="source_length"),
+        ]
+    )
+    def run(source_ids, source_length):
+        return translate(model, source_ids, source_length, **options)
+
+    return run
+
+
+def _check_options(beam_width, n_best, maximum_decoding_length, minimum_decoding_length):
+    if int(beam_width) != beam_width or beam_width < 1:
+        raise ValueError(f"beam_width must be a positive integer, got {beam_width!r}")
+    if int(n_best) != n_best or not 1 <= n_best <= beam_width:
+        raise ValueError(f"n_best must be an integer in [1, beam_width={beam_width}], got {n_best!r}")
+    if int(maximum_decoding_length) != maximum_decoding_length or maximum_decoding_length < 0:
+        raise ValueError(
+            f"maximum_decoding_length must be a non-negative integer, got {maximum_decoding_length!r}"
+        )
+    if int(minimum_decoding_length) != minimum_decoding_length or minimum_decoding_length < 0:
+        raise ValueError(
+            f"minimum_decoding_length must be a non-negative integer, got {minimum_decoding_length!r}"
+        )
+
+
+def dynamic_decode(
+    step_fn,
+    initial_state,
+    batch_size,
+    beam_width=1,
+    length_penalty=0.0,
+    n_best=1,
+    maximum_decoding_length=250,
+    minimum_decoding_length=0,
+    attention_size=None,
+):
+    """The decoding loop, independent of the model.
+
+    step_fn(ids [rows], step (int32 scalar), state) -> (logits [rows, vocab], state,
+    attention [rows, src_time]), with rows = batch_size * beam_width, the beams of a sentence
+    contiguous. The state is the decoder's: when beams are reordered only
+    `state["layers"][i]["self_kv"]` is gathered; everything else is the same for all beams.
+    attention_size: the source time (a scalar) to return the attention history, else None.
+    """
+    _check_options(beam_width, n_best, maximum_decoding_length, minimum_decoding_length)
+    beam_width = int(beam_width)
+    n_best = int(n_best)
+    keep_attention = attention_size is not None
+    rows = batch_size * beam_width
+
+    # Beam 0 of each sentence is alive, the others start at -inf (for greedy: just 0).
+    first_beam = tf.constant([0.0] + [float("-inf")] * (beam_width - 1), tf.float32)
+    loop = {
+        "step": tf.constant(0, tf.int32),
+        "ids": tf.fill([rows], START_ID),  # the last token of each row
+        "finished": tf.zeros([rows], tf.bool),
+        "scores": tf.tile(first_beam, [batch_size]),  # cumulative log-probabilities
+        "lengths": tf.zeros([rows], tf.int32),  # tokens so far, `</s>` included
+        "history": tf.zeros([rows, 0], tf.int32),  # the tokens of each row so far
+        "state": initial_state,
+    }
+    if keep_attention:
+        loop["attention"] = tf.zeros([rows, 0, attention_size], tf.float32)
+
+    def keep_going(loop):
+        return tf.reduce_any(tf.logical_not(loop["finished"]))
+
+    def one_step(loop):
+        step, finished, scores, lengths = loop["step"], loop["finished"], loop["scores"], loop["lengths"]
+        logits, state, attention = step_fn(loop["ids"], step, loop["state"])
+        log_probs = _next_token_log_probs(logits, step, finished, minimum_decoding_length)
+        vocab_size = tf.shape(log_probs)[1]
+        totals = log_probs + scores[:, tf.newaxis]  # [rows, vocab]
+
+        # Rank the beam_width * vocab continuations of each sentence.
+        if beam_width == 1:
+            ranking = log_probs  # greedy: argmax of this step (no penalty, no cumulated score)
+        elif length_penalty != 0:
+            ranking = totals / _length_penalty(lengths + 1, length_penalty)[:, tf.newaxis]
+        else:
+            ranking = totals
+        ranking = tf.reshape(ranking, [batch_size, beam_width * vocab_size])
+        _, best = tf.math.top_k(ranking, k=beam_width)  # sorted; lower index first on ties
+        best_totals = tf.gather(
+            tf.reshape(totals, [batch_size, beam_width * vocab_size]), best, batch_dims=1
+        )
+        words = tf.reshape(best % vocab_size, [rows])
+        parents = tf.reshape(
+            best // vocab_size + tf.range(batch_size)[:, tf.newaxis] * beam_width, [rows]
+        )
+        # A sentence whose beams have all finished keeps its slots where they are (see the
+        # module docstring); its words are then all `</s>` and its scores do not change.
+        sentence_done = tf.reduce_all(tf.reshape(finished, [batch_size, beam_width]), axis=1)
+        parents = tf.where(tf.repeat(sentence_done, beam_width), tf.range(rows), parents)
+
+        # Move every row to its new slot.
+        lengths = tf.gather(tf.where(finished, lengths, lengths + 1), parents)
+        parent_finished = tf.gather(finished, parents)
+        # OpenNMT-tf's quirk: a finished hypothesis takes the previous score of its new SLOT.
+        scores = tf.where(parent_finished, scores, tf.reshape(best_totals, [rows]))
+        new_loop = {
+            "step": step + 1,
+            "ids": words,
+            "finished": tf.logical_or(parent_finished, tf.equal(words, END_ID)),
+            "scores": scores,
+            "lengths": lengths,
+            "history": tf.concat([tf.gather(loop["history"], parents), words[:, tf.newaxis]], 1),
+            "state": _reorder_self_attention_cache(state, parents),
+        }
+        if keep_attention:
+            attention = tf.cast(attention, tf.float32)[:, tf.newaxis, :]
+            new_loop["attention"] = tf.gather(tf.concat([loop["attention"], attention], 1), parents)
+        return (new_loop,)
+
+    (loop,) = tf.while_loop(
+        keep_going,
+        one_step,
+        (loop,),
+        shape_invariants=(
+            dict(
+                tf.nest.map_structure(_growing_shape, loop),
+                history=tf.TensorShape([loop["history"].shape[0], None]),
+            ),
+        ),
+        maximum_iterations=maximum_decoding_length,
+    )
+    return _finalize(loop, batch_size, beam_width, n_best)
+
+
+def _next_token_log_probs(logits, step, finished, minimum_decoding_length):
+    """float32 log-probabilities of the next token, [rows, vocab], with `</s>` handled."""
+    logits = tf.cast(logits, tf.float32)
+    vocab_size = tf.shape(logits)[1]
+    is_end = tf.one_hot(END_ID, vocab_size, on_value=True, off_value=False)
+    # Before the minimum length: a large penalty on the `</s>` logit.
+    penalized = logits + tf.where(is_end, END_PENALTY, 0.0)[tf.newaxis, :]
+    # Afterwards, finished rows can only emit `</s>` (logits float32 max / min, as OpenNMT-tf).
+    end_only = tf.where(is_end, FLOAT32_MAX, -FLOAT32_MAX)[tf.newaxis, :]
+    forced = tf.where(finished[:, tf.newaxis], end_only, logits)
+    logits = tf.where(step < minimum_decoding_length, penalized, forced)
+    return tf.nn.log_softmax(logits)
+
+
+def _length_penalty(length, alpha):
+    """GNMT length penalty ((5 + length) / 6) ** alpha, computed as OpenNMT-tf does."""
+    return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _reorder_self_attention_cache(state, parents):
+    """Gathers the rows of the growing self-attention keys/values; memory entries are shared."""
+    layers = [
+        dict(layer, self_kv=tuple(tf.gather(tensor, parents) for tensor in layer["self_kv"]))
+        for layer in state["layers"]
+    ]
+    return dict(state, layers=layers)
+
+
+def _growing_shape(tensor):
+    """Loop shape invariant: the middle dimensions (time) may grow; rows and depth are fixed."""
+    shape = tensor.shape
+    if shape.rank is None or shape.rank < 3:
+        return shape
+    return tf.TensorShape([shape[0]] + [None] * (shape.rank - 2) + [shape[-1]])
+
+
+def _finalize(loop, batch_size, beam_width, n_best):
+    """The first n_best slots of each sentence, cut at `</s>`, as a DecodingResult."""
+    steps = tf.shape(loop["history"])[1]
+    tokens = tf.reshape(loop["history"], [batch_size, beam_width, steps])[:, :n_best]
+    ended = tf.cumsum(tf.cast(tf.equal(tokens, END_ID), tf.int32), axis=-1) > 0
+    lengths = tf.reduce_sum(tf.cast(tf.logical_not(ended), tf.int32), axis=-1)
+    time = tf.reduce_max(tf.concat([tf.reshape(lengths, [-1]), [0]], 0))
+    inside = tf.logical_not(ended)[:, :, :time]
+    ids = tf.where(inside, tokens[:, :, :time], PAD_ID)
+    log_probs = tf.reshape(loop["scores"], [batch_size, beam_width])[:, :n_best]
+    attention = None
+    if "attention" in loop:
+        source_time = tf.shape(loop["attention"])[2]
+        attention = tf.reshape(loop["attention"], [batch_size, beam_width, steps, source_time])
+        attention = attention[:, :n_best, :time]
+        attention = attention * tf.cast(inside, tf.float32)[..., tf.newaxis]
+    return DecodingResult(ids=ids, lengths=lengths, log_probs=log_probs, attention=attention)

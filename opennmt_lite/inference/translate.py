@@ -1,0 +1,85 @@
+"""Translating a file (`run.py infer`) with greedy or beam search, as OpenNMT-tf's `infer` does.
+
+Output, one line per source line in file order (n_best lines per source with infer.n_best > 1):
+the hypothesis detokenized by the target SentencePiece model when one is configured, else its
+tokens joined by spaces; with `with_scores`, `SCORE ||| hypothesis` (SCORE = the cumulative
+log-probability OpenNMT-tf prints). Unknown target ids are written `<unk>`.
+"""
+
+import logging
+import sys
+
+import numpy as np
+import tensorflow as tf
+from tqdm import tqdm
+
+from opennmt_lite.inference.decoding import translation_function
+
+logger = logging.getLogger("opennmt_lite")
+
+
+# What running out of memory raises (TensorFlow's allocators, NumPy).
+MEMORY_ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
+
+
+def translate_file(model, assets, inference_input, options, progress=True):
+    """-> list (file order) of lists (n_best) of (detokenized text, log_prob).
+
+    `inference_input`: a built InferenceInput; `options`: decoding options (build.decoding_options).
+    A batch that does not fit in memory is translated line by line; a line that does not fit
+    alone gets empty hypotheses with a -inf score and an error naming it, and the rest of the
+    file is translated (as OpenNMT-tf translates every line, a file is never lost to one line).
+    """
+    data = inference_input
+    decode = translation_function(model, **options)
+    results = [None] * len(data.corpus)
+    batches = data.numpy_batches()
+    if progress:
+        batches = tqdm(batches, total=len(data.batches), desc="translating", unit="batch",
+                       file=sys.stderr, leave=False)
+    failed = []
+    for batch in batches:
+        for rows, output in _decode_batch(decode, batch, failed):
+            ids, lengths, scores = (output.ids.numpy(), output.lengths.numpy(), output.log_probs.numpy())
+            for row, index in enumerate(batch["index"][rows]):
+                hypotheses = []
+                for k in range(ids.shape[1]):
+                    tokens = assets.target_vocabulary.to_tokens(ids[row, k, : lengths[row, k]])
+                    hypotheses.append((assets.target_tokenizer.detokenize(tokens), float(scores[row, k])))
+                results[int(index)] = hypotheses
+    n_best = options.get("n_best", 1)
+    for index in failed:
+        logger.error("line %d (%d tokens) could not be translated: not enough memory; its output "
+                     "is empty", index + 1, int(data.corpus.source_lengths[index]))
+        results[index] = [("", float("-inf"))] * n_best
+    if failed:
+        logger.error("%d line(s) of %d could not be translated (lower infer.maximum_features_length "
+                     "or infer.batch_size)", len(failed), len(results))
+    return results
+
+
+def _decode_batch(decode, batch, failed):
+    """[(rows of `batch`, decoder output for them)]: the whole batch at once, else (out of
+    memory) line by line; the file index of a line that does not fit alone is added to `failed`."""
+    try:
+        return [(np.arange(len(batch["index"])), decode(batch["source_ids"], batch["source_length"]))]
+    except MEMORY_ERRORS:
+        if len(batch["index"]) == 1:
+            failed.append(int(batch["index"][0]))
+            return []
+        logger.warning("out of memory on a batch of %d lines: translating them one by one",
+                       len(batch["index"]))
+    outputs = []
+    for row, length in enumerate(batch["source_length"].tolist()):
+        ids = batch["source_ids"][row:row + 1, :max(length, 1)]
+        try:
+            outputs.append((np.array([row]), decode(ids, batch["source_length"][row:row + 1])))
+        except MEMORY_ERRORS:
+            failed.append(int(batch["index"][row]))
+    return outputs
+
+
+def format_lines(results, with_scores):
+    for hypotheses in results:
+        for text, score in hypotheses:
+            yield f"{score:f} ||| {text}" if with_scores else text

@@ -1,0 +1,1 @@
+"""Looking inside the model: recording intermediate tensors, and showing them."""

@@ -1,0 +1,216 @@
+"""The Transformer decoder: OpenNMT-tf's SelfAttentionDecoder."""
+
+import keras
+import tensorflow as tf
+
+from opennmt_lite.inspection.recorder import record, recording_scope
+from opennmt_lite.layers.common import PACKAGE, Dense, LayerNorm, apply_dropout, make_seed_generator
+from opennmt_lite.layers.position import SinusoidalPositionEncoder, resolve_position_encoding
+from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
+
+
+def future_mask(sequence_length, maximum_length):
+    """[batch, time, time] float mask: query i may attend key j iff j <= i and j < length."""
+    causal = tf.linalg.band_part(tf.ones([maximum_length, maximum_length]), -1, 0)
+    keys = tf.sequence_mask(sequence_length, maxlen=maximum_length, dtype=tf.float32)
+    return causal[tf.newaxis, :, :] * keys[:, tf.newaxis, :]
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SelfAttentionDecoder(keras.layers.Layer):
+    """A stack of decoder layers and the output projection to the target vocabulary.
+
+    Teacher forcing: call(inputs [batch, time, depth] (target embeddings), sequence_length [batch],
+    memory [batch, src_time, depth], memory_sequence_length [batch])
+    -> (logits [batch, time, vocab], attention [batch, time, src_time])
+    Incremental decoding: `initial_state(memory, memory_sequence_length)`, then
+    `step(inputs [batch, depth], step, state, memory_sequence_length)` -> (logits [batch, vocab],
+    state, attention [batch, src_time]).
+
+    The attention returned is the first head of the last layer's memory attention (OpenNMT-tf's
+    alignment vector). `output_layer` can reuse the target embedding (`share_output_embedding`).
+
+    Records scaled_inputs, position_encoded_inputs, each layer's tensors under `layers/<i>/`,
+    output (after the final norm) and logits, in teacher forcing and in each `step` (where a
+    later step's tensors replace an earlier one's of the same name).
+    """
+
+    def __init__(
+        self,
+        num_layers,
+        vocabulary_size,
+        num_units=512,
+        num_heads=8,
+        ffn_inner_dim=2048,
+        dropout=0.1,
+        attention_dropout=0.1,
+        ffn_dropout=0.1,
+        ffn_activation="relu",
+        mha_bias=True,
+        maximum_relative_position=None,
+        pre_norm=True,
+        position_encoding="auto",
+        output_layer_bias=True,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        position_encoding = resolve_position_encoding(
+            position_encoding, maximum_relative_position, num_units, num_heads
+        )
+        self.num_layers = num_layers
+        self.vocabulary_size = vocabulary_size
+        self.num_units = num_units
+        self.num_heads = num_heads
+        self.ffn_inner_dim = ffn_inner_dim
+        self.dropout = dropout
+        self.attention_dropout = attention_dropout
+        self.ffn_dropout = ffn_dropout
+        self.ffn_activation = ffn_activation
+        self.mha_bias = mha_bias
+        self.maximum_relative_position = maximum_relative_position
+        self.pre_norm = pre_norm
+        self.position_encoding = position_encoding
+        self.output_layer_bias = output_layer_bias
+        self.position_encoder = (
+            SinusoidalPositionEncoder(dtype=self.dtype_policy, name="position_encoder")
+            if position_encoding
+            else None
+        )
+        self.layer_norm = LayerNorm(dtype=self.dtype_policy, name="layer_norm") if pre_norm else None
+        self.layers = [
+            SelfAttentionDecoderLayer(
+                num_units,
+                num_heads,
+                ffn_inner_dim,
+                dropout=dropout,
+                attention_dropout=attention_dropout,
+                ffn_dropout=ffn_dropout,
+                ffn_activation=ffn_activation,
+                mha_bias=mha_bias,
+                maximum_relative_position=maximum_relative_position,
+                pre_norm=pre_norm,
+                dtype=self.dtype_policy,
+                name=f"layer_{i}",
+            )
+            for i in range(num_layers)
+        ]
+        self.output_layer = Dense(
+            vocabulary_size, use_bias=output_layer_bias, dtype=self.dtype_policy, name="output_layer"
+        )
+        self.dropout_seed = make_seed_generator(dropout)
+
+    def share_output_embedding(self, embedding):
+        """Projects with the target embedding `[vocab, depth]`, transposed (before `build`)."""
+        self.output_layer.set_kernel(embedding, transpose=True)
+
+    def build(self, inputs_shape, memory_shape=None):
+        memory_shape = inputs_shape if memory_shape is None else memory_shape
+        for layer in self.layers:
+            layer.build(inputs_shape, memory_shape)
+        if self.layer_norm is not None:
+            self.layer_norm.build(inputs_shape)
+        self.output_layer.build(inputs_shape)
+
+    def _run(self, x, attention_mask, memory, memory_mask, cache, step, training):
+        x = x * tf.cast(self.num_units**0.5, x.dtype)
+        record("scaled_inputs", x)
+        if self.position_encoder is not None:
+            x = self.position_encoder(x, step=step)
+            record("position_encoded_inputs", x)
+        x = apply_dropout(x, self.dropout, self.dropout_seed, training)
+        new_cache = []
+        attention = None
+        for i, layer in enumerate(self.layers):
+            with recording_scope(f"layers/{i}"):
+                x, layer_cache, attention = layer(
+                    x,
+                    attention_mask=attention_mask,
+                    memory=memory,
+                    memory_mask=memory_mask,
+                    cache=None if cache is None else cache[i],
+                    training=training,
+                )
+            new_cache.append(layer_cache)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        record("output", x)
+        logits = self.output_layer(x)
+        record("logits", logits)
+        return logits, new_cache, attention[:, 0]
+
+    def call(
+        self,
+        inputs,
+        sequence_length=None,
+        memory=None,
+        memory_sequence_length=None,
+        training=None,
+    ):
+        time = tf.shape(inputs)[1]
+        if sequence_length is None:
+            sequence_length = tf.fill([tf.shape(inputs)[0]], time)
+        attention_mask = future_mask(sequence_length, time)
+        memory_mask = self._memory_mask(memory, memory_sequence_length)
+        logits, _, attention = self._run(
+            inputs, attention_mask, memory, memory_mask, None, None, training
+        )
+        return logits, attention
+
+    def _memory_mask(self, memory, memory_sequence_length):
+        if memory_sequence_length is None:
+            return None
+        return tf.sequence_mask(memory_sequence_length, maxlen=tf.shape(memory)[1], dtype=tf.float32)
+
+    def initial_state(self, memory, memory_sequence_length=None):
+        """Decoding state: per layer, empty self-attention keys/values and the projected memory.
+
+        Tensors are [batch, heads, time, depth / heads]; "memory_mask" is [batch, src_time].
+        Beam search reorders only the self-attention entries: the rest is the same for all beams.
+        """
+        batch = tf.shape(memory)[0]
+        empty = tf.zeros([batch, self.num_heads, 0, self.num_units // self.num_heads], memory.dtype)
+        state = {
+            "memory": memory,
+            "memory_mask": self._memory_mask(memory, memory_sequence_length),
+            "layers": [],
+        }
+        for layer in self.layers:
+            memory_kv = layer.attention[0].layer.project_kv(memory)
+            state["layers"].append({"self_kv": (empty, empty), "memory_kv": memory_kv})
+        return state
+
+    def step(self, inputs, step, state, training=None):
+        """One decoding step: inputs [batch, depth] (embedding of the previous token)."""
+        logits, layers, attention = self._run(
+            inputs[:, tf.newaxis, :],
+            None,
+            state["memory"],
+            state["memory_mask"],
+            state["layers"],
+            step,
+            training,
+        )
+        new_state = dict(state, layers=layers)
+        return logits[:, 0], new_state, attention[:, 0]
+
+    # No compute_output_shape: symbolic calls trace `call` for its (logits, attention).
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            num_layers=self.num_layers,
+            vocabulary_size=self.vocabulary_size,
+            num_units=self.num_units,
+            num_heads=self.num_heads,
+            ffn_inner_dim=self.ffn_inner_dim,
+            dropout=self.dropout,
+            attention_dropout=self.attention_dropout,
+            ffn_dropout=self.ffn_dropout,
+            ffn_activation=self.ffn_activation,
+            mha_bias=self.mha_bias,
+            maximum_relative_position=self.maximum_relative_position,
+            pre_norm=self.pre_norm,
+            position_encoding=self.position_encoding,
+            output_layer_bias=self.output_layer_bias,
+        )
+        return config

@@ -1,0 +1,1 @@
+"""OpenNMT-tf compatibility: its checkpoint names, and importing its checkpoints."""

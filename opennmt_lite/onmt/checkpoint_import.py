@@ -1,0 +1,104 @@
+"""Reading OpenNMT-tf 2.x checkpoints: which checkpoint name holds which opennmt-lite variable.
+
+OpenNMT-tf stores each variable under `model/<attribute path>/.ATTRIBUTES/VARIABLE_VALUE`. The
+opennmt-lite layers use the same attribute names, so the map from a checkpoint name to one of our
+variables is the attribute path with a prefix (`model/encoder/`), except for the embeddings,
+which OpenNMT-tf keeps under its inputters. Finding, checking and reading checkpoints is
+`opennmt_lite.checkpoints`' job; this module only names things.
+"""
+
+from opennmt_lite import checkpoints
+from opennmt_lite.training.optimizers import optimizer_state
+from opennmt_lite.variables import named_variables
+
+VALUE_SUFFIX = checkpoints.SUFFIX
+SOURCE_EMBEDDING = "model/examples_inputter/features_inputter/embedding"
+TARGET_EMBEDDING = "model/examples_inputter/labels_inputter/embedding"
+KIND = "OpenNMT-tf checkpoint"
+
+
+def encoder_mapping(encoder, embedder=None, encoder_scope="model/encoder",
+                    embedding_name=SOURCE_EMBEDDING):
+    """{checkpoint name: variable} for an encoder's weights and its source embedding."""
+    mapping = {
+        f"{encoder_scope}/{path}": variable
+        for path, variable in named_variables(encoder, include_seeds=False).items()
+    }
+    if embedder is not None:
+        mapping[embedding_name] = embedder.embedding
+    return mapping
+
+
+def model_mapping(model, available=()):
+    """{checkpoint name: variable} for every weight of a `Transformer`.
+
+    With shared input embeddings OpenNMT-tf stores the one table under either inputter's name;
+    `available` (the checkpoint's names) picks the one present.
+    """
+    embedding_names = {
+        "source_inputter/embedding": [SOURCE_EMBEDDING, TARGET_EMBEDDING],
+        "target_inputter/embedding": [TARGET_EMBEDDING],
+    }
+    mapping = {}
+    for path, variable in named_variables(model, include_seeds=False).items():
+        if path in embedding_names:
+            candidates = embedding_names[path]
+            name = next((c for c in candidates if c in available), candidates[0])
+        else:
+            name = f"model/{path}"
+        mapping[name] = variable
+    return mapping
+
+
+def load_onmt_encoder(path, encoder, embedder=None):
+    """Loads an OpenNMT-tf 2.x checkpoint's encoder (and source embedding) into opennmt-lite layers.
+
+    `path`: a checkpoint prefix or a directory (see `checkpoints.resolve`). The layers are built
+    first if needed. Fails, naming every variable, when one is missing, mis-shaped, or left over.
+    """
+    if not encoder.built:
+        encoder.build((None, None, encoder.num_units))
+    if embedder is not None and not embedder.built:
+        embedder.build()
+    leftover = ["model/encoder/"] + ([SOURCE_EMBEDDING] if embedder is not None else [])
+    return checkpoints.assign(checkpoints.resolve(path), encoder_mapping(encoder, embedder), leftover, KIND)
+
+
+def load_onmt_model(path, model):
+    """Loads every variable of an OpenNMT-tf 2.x Transformer checkpoint (a prefix or a directory)
+    into `model`. Fails, naming each variable, if anything is missing, mis-shaped or left over."""
+    return assign_model(checkpoints.resolve(path), model)
+
+
+def assign_model(prefix, model):
+    """load_onmt_model for a checkpoint prefix."""
+    if not model.built:
+        model.build()
+    mapping = model_mapping(model, checkpoints.contents(prefix))
+    return checkpoints.assign(prefix, mapping, ("model/",), KIND)
+
+
+def assign_optimizer_state(prefix, model, optimizer):
+    """Copies an OpenNMT-tf checkpoint's Adam/LazyAdam slots (`m`, `v`) and step (`iter`) into a
+    built Keras Adam `optimizer`, so training continues where OpenNMT-tf stopped.
+    Returns the restored step (0 if the checkpoint holds no optimizer state)."""
+    stored = checkpoints.contents(prefix)
+    onmt_name = {id(v): name for name, v in model_mapping(model, stored).items()}
+    trainable = {p: v for p, v in named_variables(model, include_seeds=False).items() if v.trainable}
+    state = optimizer_state(optimizer, trainable)
+    targets = {}  # {checkpoint name: our slot variable}
+    for path, variable in trainable.items():
+        for slot in ("m", "v"):
+            name = f"{onmt_name[id(variable)]}/.OPTIMIZER_SLOT/optimizer/{slot}"
+            if name in stored and f"{slot}/{path}" in state:
+                targets[name] = state[f"{slot}/{path}"]
+    if "optimizer/iter" in stored:
+        targets["optimizer/iter"] = state["iterations"]
+    for name, value in checkpoints.read(prefix, targets).items():
+        targets[name].assign(value)
+    return int(state["iterations"].numpy()) if "optimizer/iter" in targets else 0
+
+
+def load_onmt_optimizer_state(path, model, optimizer):
+    """assign_optimizer_state for a checkpoint prefix or directory."""
+    return assign_optimizer_state(checkpoints.resolve(path), model, optimizer)

@@ -1,0 +1,1 @@
+"""Training: the train step (accumulation), the loop, losses, optimizers, schedules, distribution."""

@@ -1,0 +1,80 @@
+"""Learning-rate schedules with OpenNMT-tf's step conventions.
+
+Keras optimizers evaluate the schedule at `iterations` *before* the update, so update k (1-based)
+uses schedule(k - 1), as OpenNMT-tf's optimizers did.
+"""
+
+import keras
+import tensorflow as tf
+
+from opennmt_lite.layers.common import PACKAGE
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class NoamDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """scale * model_dim**-0.5 * min(n**-0.5, n * warmup_steps**-1.5), with n = step + 1."""
+
+    def __init__(self, scale, model_dim, warmup_steps):
+        self.scale = float(scale)
+        self.model_dim = int(model_dim)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        n = tf.cast(step, tf.float32) + 1.0
+        return (
+            self.scale
+            * self.model_dim**-0.5
+            * tf.minimum(tf.math.rsqrt(n), n * self.warmup_steps**-1.5)
+        )
+
+    def get_config(self):
+        return {"scale": self.scale, "model_dim": self.model_dim, "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class InvSqrtDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """learning_rate * sqrt(warmup_steps) / sqrt(max(step + 1, warmup_steps)) (constant warmup)."""
+
+    def __init__(self, learning_rate, warmup_steps):
+        self.learning_rate = float(learning_rate)
+        self.warmup_steps = int(warmup_steps)
+
+    def __call__(self, step):
+        n = tf.maximum(tf.cast(step, tf.float32) + 1.0, float(self.warmup_steps))
+        return self.learning_rate * (self.warmup_steps**0.5) * tf.math.rsqrt(n)
+
+    def get_config(self):
+        return {"learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class ScheduleWrapper(keras.optimizers.schedules.LearningRateSchedule):
+    """OpenNMT-tf's wrapper: delays the schedule, stretches its steps, and bounds it below.
+
+    lr(step) = max(schedule(max(step - start_decay_steps, 0) // decay_step_duration), minimum)
+    """
+
+    def __init__(self, schedule, start_decay_steps=0, decay_step_duration=1, minimum_learning_rate=0.0):
+        self.schedule = schedule
+        self.start_decay_steps = int(start_decay_steps)
+        self.decay_step_duration = int(decay_step_duration)
+        self.minimum_learning_rate = float(minimum_learning_rate)
+
+    def __call__(self, step):
+        step = tf.maximum(tf.cast(step, tf.int64) - self.start_decay_steps, 0)
+        step = step // self.decay_step_duration
+        return tf.maximum(self.schedule(step), self.minimum_learning_rate)
+
+    def get_config(self):
+        return {
+            "schedule": keras.saving.serialize_keras_object(self.schedule),
+            "start_decay_steps": self.start_decay_steps,
+            "decay_step_duration": self.decay_step_duration,
+            "minimum_learning_rate": self.minimum_learning_rate,
+        }
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["schedule"] = keras.saving.deserialize_keras_object(config["schedule"])
+        return cls(**config)

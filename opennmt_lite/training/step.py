@@ -1,0 +1,201 @@
+"""One optimizer update over a group of accumulated batches.
+
+OpenNMT-tf's accumulation: the gradients of the summed (label-smoothed) token losses of every
+batch in the group are added up, then divided once by the group's total number of target tokens
+(or of examples when `average_loss_in_time` is false), and applied in a single update. This is
+exactly the gradient of one batch holding all the group's examples, not an average of per-batch
+means (which Keras' `gradient_accumulation_steps` would compute, also advancing the learning
+rate schedule per batch).
+
+`TrainStep` runs one compiled function per batch, which adds its gradients to accumulator
+variables (a batch's activations are freed before the next batch starts), then one compiled
+function that applies the accumulated update. Under tf.distribute each replica accumulates its
+own batches; the normalizer is summed over replicas before the division, and the optimizer sums
+the replicas' gradients.
+
+With `sub_batches` = n > 1, each batch is cut into n consecutive slices of its examples, each
+trimmed to its own longest source and target, and their losses are summed in one graph: the n
+forward and backward passes share no op until the gradients are added, so TensorFlow's
+inter-op threads run them side by side. On a CPU with few cores, n single-threaded passes keep
+the cores busier than one pass whose small ops are each split over all cores (see
+`configure_threads`). The gradient is the same sum over the same tokens.
+"""
+
+import logging
+import os
+
+import tensorflow as tf
+
+from opennmt_lite.data import batch_signature
+from opennmt_lite.training.losses import cross_entropy_sequence_loss
+from opennmt_lite.training.optimizers import inner_optimizer
+
+logger = logging.getLogger("opennmt_lite")
+
+
+def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
+    """-> (summed loss, normalizer) of one batch."""
+    logits, _ = model(batch, training=training)
+    loss, tokens = cross_entropy_sequence_loss(
+        logits, batch["target_ids_out"], batch["target_length"],
+        label_smoothing=label_smoothing, training=training,
+    )
+    normalizer = tokens if average_loss_in_time else tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
+    return loss, normalizer
+
+
+def split_batch(batch, parts):
+    """Cuts a batch into `parts` slices of consecutive examples (sizes differing by at most
+    one), each trimmed to its own longest source and target; a slice of a batch smaller than
+    `parts` can be empty ([0, 0] ids)."""
+    size = tf.shape(batch["source_length"])[0]
+    bounds = [size * k // parts for k in range(parts + 1)]
+    slices = []
+    for start, end in zip(bounds[:-1], bounds[1:]):
+        part = {name: value[start:end] for name, value in batch.items()}
+        # (max over an empty slice is the int32 minimum: clipped to 0)
+        source_time = tf.maximum(tf.reduce_max(part["source_length"]), 0)
+        target_time = tf.maximum(tf.reduce_max(part["target_length"]), 0)
+        part["source_ids"] = part["source_ids"][:, :source_time]
+        part["target_ids_in"] = part["target_ids_in"][:, :target_time]
+        part["target_ids_out"] = part["target_ids_out"][:, :target_time]
+        slices.append(part)
+    return slices
+
+
+def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1):
+    """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
+    Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
+    slices of the batch (split_batch), computed independently (see the module docstring)."""
+    scaled = inner_optimizer(optimizer) is not optimizer
+    with tf.GradientTape() as tape:
+        parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
+        losses, normalizers = zip(*(
+            compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
+            for part in parts))
+        loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
+        objective = optimizer.scale_loss(loss) if scaled else loss
+    return tape.gradient(objective, model.trainable_variables), loss, normalizer
+
+
+def apply_gradients(optimizer, grads, variables, normalizer):
+    """Divides by the normalizer and applies. With loss scaling, a skipped (non-finite) update
+    still advances the step counter, as in OpenNMT-tf, so the learning-rate schedule moves on."""
+    grads = [g / normalizer for g in grads]
+    inner = inner_optimizer(optimizer)
+    # (tf.identity: a snapshot; Keras' `.value` is the variable itself, read again later.)
+    before = tf.identity(inner.iterations.value)
+    optimizer.apply(grads, variables)
+    if inner is not optimizer:
+        skipped = tf.equal(tf.identity(inner.iterations.value), before)
+        inner.iterations.assign_add(tf.cast(skipped, inner.iterations.dtype))
+
+
+def configure_threads(sub_batches):
+    """Thread pools for `sub_batches` passes side by side: as many inter-op threads, and the
+    cores shared among them for each op (one each on a 2-core CPU). Must run before TensorFlow
+    starts; afterwards the pools are left as they are (logged)."""
+    if sub_batches <= 1:
+        return
+    intra = max(1, (os.cpu_count() or 1) // sub_batches)
+    try:
+        tf.config.threading.set_inter_op_parallelism_threads(sub_batches)
+        tf.config.threading.set_intra_op_parallelism_threads(intra)
+    except RuntimeError:
+        logger.warning(
+            "train.sub_batches=%d: TensorFlow has already started, its thread pools stay as they "
+            "are (%s inter-op, %s intra-op threads; 0 = one per core)", sub_batches,
+            tf.config.threading.get_inter_op_parallelism_threads(),
+            tf.config.threading.get_intra_op_parallelism_threads())
+        return
+    logger.info("train.sub_batches=%d: %d inter-op threads, %d intra-op thread(s) per op",
+                sub_batches, sub_batches, intra)
+
+
+def local_replicas(strategy):
+    """Number of replicas this process drives (all of them, except in multi-worker training)."""
+    if strategy.num_replicas_in_sync == 1:
+        return 1
+    return len(strategy.extended.worker_devices)
+
+
+class TrainStep:
+    """`train_step(groups)` -> statistics of the update (loss, loss_sum, normalizer, tokens).
+
+    `groups` holds one group (a tuple of `accum_steps` batches) per local replica.
+    """
+
+    def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
+                 average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1):
+        self.model = model
+        self.sub_batches = sub_batches
+        self.optimizer = optimizer
+        self.accum_steps = accum_steps
+        self.label_smoothing = label_smoothing
+        self.average_loss_in_time = average_loss_in_time
+        self.strategy = strategy or tf.distribute.get_strategy()
+        self.distributed = self.strategy.num_replicas_in_sync > 1
+        self.replicas = local_replicas(self.strategy)
+        self.variables = model.trainable_variables
+        local = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ,
+                     aggregation=tf.VariableAggregation.SUM)
+        with self.strategy.scope():
+            # Per-replica sums of the gradients and of the normalizer (not checkpointed: they are
+            # zero between updates).
+            self.accumulators = [tf.Variable(tf.zeros(v.shape, tf.float32), **local) for v in self.variables]
+            self.normalizer = tf.Variable(0.0, **local)
+        # XLA compiles the single-device functions; cross-device collectives stay outside it.
+        jit = (jit_compile and not self.distributed) or None
+        signature = (tuple(batch_signature() for _ in range(self.replicas)),)
+        self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
+        self._apply = tf.function(self._apply_fn, jit_compile=jit)
+
+    def _replica_accumulate(self, batch):
+        grads, loss, normalizer = batch_gradients(
+            self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
+            self.sub_batches)
+        for accumulator, grad in zip(self.accumulators, grads):
+            # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
+            # local variables have no scatter_add).
+            accumulator.assign_add(tf.cast(tf.convert_to_tensor(grad), tf.float32))
+        self.normalizer.assign_add(normalizer)
+        return {
+            "loss_sum": loss,
+            "normalizer": normalizer,
+            "source_tokens": tf.reduce_sum(batch["source_length"]),
+            "target_tokens": tf.reduce_sum(batch["target_length"]),
+        }
+
+    def _accumulate_fn(self, batches):
+        if not self.distributed:
+            return self._replica_accumulate(batches[0])
+        resolver = self.strategy.cluster_resolver
+        first = resolver.task_id * self.replicas if resolver else 0
+        values = self.strategy.experimental_distribute_values_from_function(
+            lambda context: batches[context.replica_id_in_sync_group - first])
+        per_replica = self.strategy.run(self._replica_accumulate, args=(values,))
+        return {k: self.strategy.reduce("sum", v, axis=None) for k, v in per_replica.items()}
+
+    def _replica_apply(self):
+        context = tf.distribute.get_replica_context()
+        total = context.all_reduce("sum", self.normalizer.read_value())
+        grads = [a.read_value() for a in self.accumulators]
+        apply_gradients(self.optimizer, grads, self.variables, total)
+        for accumulator in self.accumulators:
+            accumulator.assign(tf.zeros_like(accumulator))
+        self.normalizer.assign(0.0)
+
+    def _apply_fn(self):
+        if self.distributed:
+            self.strategy.run(self._replica_apply)
+        else:
+            self._replica_apply()
+
+    def __call__(self, groups):
+        stats = None
+        for k in range(self.accum_steps):
+            batch_stats = self._accumulate(tuple(group[k] for group in groups))
+            stats = batch_stats if stats is None else {n: stats[n] + v for n, v in batch_stats.items()}
+        self._apply()
+        stats["loss"] = stats["loss_sum"] / stats["normalizer"]
+        return stats

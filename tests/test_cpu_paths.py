@@ -1,0 +1,283 @@
+"""The CPU-feature detection and the two ways of computing bfloat16 matrix products.
+
+On a CPU without AVX512_BF16 or AMX, TensorFlow's bfloat16 MatMul truncates its results (measured
+on an AVX2 EPYC: 99.99 % of outputs too small, mean -0.28 %); the layers' `matmul` then multiplies
+in float32 and rounds once ("float32" path). The native path is the plain op, whatever the host
+does with it. OPENNMT_LITE_BF16_MATMUL picks either path, so both run here on any host.
+"""
+
+import logging
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from opennmt_lite import cpu
+from opennmt_lite.layers import Dense
+from opennmt_lite.layers.attention import MultiHeadAttention
+from opennmt_lite.layers.common import dense_relu_dropout, einsum, matmul
+
+U = 2.0**-8  # bfloat16's unit roundoff (8 significant bits)
+
+COMMON = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx "
+          "fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc pni pclmulqdq ssse3 fma cx16 "
+          "sse4_1 sse4_2 movbe popcnt aes xsave avx f16c rdrand hypervisor lahf_lm abm "
+          "fsgsbase bmi1 avx2 smep bmi2 erms rdseed adx smap clflushopt clwb sha_ni xsaveopt")
+
+
+def cpuinfo(model, extra, processors=2):
+    block = (f"processor\t: {{}}\nvendor_id\t: GenuineIntel\nmodel name\t: {model}\n"
+             f"flags\t\t: {COMMON} {extra}\nbugs\t\t: spectre_v1\n\n")
+    return "".join(block.format(i) for i in range(processors))
+
+
+EPYC = cpuinfo("AMD EPYC 7B12", "sse4a misalignsse topoext clzero xsaveerptr wbnoinvd vaes rdpid")
+COOPER_LAKE = cpuinfo(
+    "Intel(R) Xeon(R) Platinum 8353H CPU @ 2.50GHz",
+    "avx512f avx512dq avx512cd avx512bw avx512vl avx512_vnni avx512_bf16 pku ospke")
+SAPPHIRE_RAPIDS = cpuinfo(
+    "Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz",
+    "avx512f avx512dq avx512ifma avx512cd avx512bw avx512vl avx512vbmi avx512_vbmi2 avx512_vnni "
+    "avx512_bitalg avx512_vpopcntdq avx512_bf16 avx512_fp16 amx_bf16 amx_tile amx_int8 avx_vnni")
+SKYLAKE = cpuinfo("Intel(R) Xeon(R) CPU @ 2.00GHz", "avx512f avx512dq avx512cd avx512bw avx512vl")
+
+
+def test_parse_avx2_only_epyc():
+    features = cpu.parse_cpuinfo(EPYC)
+    assert features.avx2 and features.fma
+    assert features.avx512 == [] and not features.avx512_bf16 and not features.amx_bf16
+    assert not features.native_bfloat16
+    assert features.describe() == "AVX2, FMA (no AVX-512, no AVX512_BF16/AMX)"
+
+
+def test_parse_avx512_bf16_xeon():
+    features = cpu.parse_cpuinfo(COOPER_LAKE)
+    assert features.avx512 == ["avx512_bf16", "avx512_vnni", "avx512bw", "avx512cd", "avx512dq",
+                               "avx512f", "avx512vl"]
+    assert features.avx512_bf16 and not features.amx_bf16 and features.native_bfloat16
+    assert features.describe().startswith("AVX2, FMA, AVX-512 (avx512_bf16 ")
+    assert "(no" not in features.describe()
+
+
+def test_parse_amx_sapphire_rapids():
+    features = cpu.parse_cpuinfo(SAPPHIRE_RAPIDS)
+    assert features.amx_bf16 and features.avx512_bf16 and features.native_bfloat16
+    assert "avx512_fp16" in features.avx512
+    assert features.describe().endswith(", AMX-BF16")
+
+
+def test_parse_avx512_without_bf16_and_unknown_formats():
+    skylake = cpu.parse_cpuinfo(SKYLAKE)
+    assert "avx512f" in skylake.avx512 and not skylake.native_bfloat16
+    assert skylake.describe().endswith(" (no AVX512_BF16/AMX)")
+    arm = "processor\t: 0\nFeatures\t: fp asimd evtstrm aes pmull sha1 sha2 crc32 bf16\n"
+    for text in ("", arm):
+        features = cpu.parse_cpuinfo(text)
+        assert features.flags == frozenset() and not features.native_bfloat16
+        assert features.describe() == "unknown instruction sets"
+
+
+def test_this_host_is_read_once():
+    assert cpu.cpu_features() is cpu.cpu_features()
+
+
+def test_override_picks_the_path_and_logs_once(monkeypatch, caplog):
+    cpu._log_choice.cache_clear()
+    with caplog.at_level(logging.INFO, logger="opennmt_lite"):
+        for path in (cpu.NATIVE, cpu.FLOAT32):
+            monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+            assert cpu.bfloat16_matmul_path() == path
+            assert cpu.bfloat16_matmul_path() == path
+    lines = [r.getMessage() for r in caplog.records if "bfloat16 matrix products" in r.getMessage()]
+    assert len(lines) == 2  # one per choice, not one per call
+    assert cpu.cpu_features().describe() in lines[0] and "native bfloat16 op" in lines[0]
+    assert "in float32, rounded to bfloat16" in lines[1]
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, "fast")
+    with pytest.raises(ValueError, match=cpu.BF16_MATMUL_ENV):
+        cpu.bfloat16_matmul_path()
+
+
+def test_default_path_follows_the_hardware(monkeypatch):
+    monkeypatch.delenv(cpu.BF16_MATMUL_ENV, raising=False)
+    native = cpu.cpu_features().native_bfloat16 or bool(tf.config.list_logical_devices("GPU"))
+    assert cpu.bfloat16_matmul_path() == (cpu.NATIVE if native else cpu.FLOAT32)
+
+
+def matmul_dtypes(path, monkeypatch, dtype):
+    """The dtypes of the MatMul ops a traced `matmul` on `dtype` operands runs under `path`."""
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+    spec = tf.TensorSpec([4, 8], dtype)
+    graph = tf.function(lambda a, b: matmul(a, b, transpose_b=True)).get_concrete_function(
+        spec, spec).graph
+    return [op.get_attr("T") for op in graph.get_operations() if op.type == "MatMul"]
+
+
+def test_the_path_decides_the_op(monkeypatch):
+    assert matmul_dtypes(cpu.NATIVE, monkeypatch, tf.bfloat16) == [tf.bfloat16]
+    assert matmul_dtypes(cpu.FLOAT32, monkeypatch, tf.bfloat16) == [tf.float32]
+    for path in (cpu.NATIVE, cpu.FLOAT32):  # other dtypes never change
+        assert matmul_dtypes(path, monkeypatch, tf.float32) == [tf.float32]
+        assert matmul_dtypes(path, monkeypatch, tf.float16) == [tf.float16]
+
+
+def operands(dtype, seed=0, m=96, k=512, n=80):
+    rng = np.random.default_rng(seed)
+    a = tf.cast(rng.standard_normal((m, k)).astype(np.float32), dtype)
+    b = tf.cast(rng.standard_normal((k, n)).astype(np.float32), dtype)
+    return a, b
+
+
+def f64(x):
+    return tf.cast(x, tf.float64).numpy()
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float16])
+def test_both_paths_are_the_plain_ops_outside_bfloat16(monkeypatch, dtype):
+    a, b = operands(dtype, k=64)
+    bias = tf.cast(np.linspace(-1, 1, 80), dtype)
+    results = []
+    for path in (cpu.NATIVE, cpu.FLOAT32):
+        monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+        results.append([
+            matmul(a, b, bias=bias, activation=tf.nn.relu),
+            matmul(b, a, transpose_a=True, transpose_b=True),
+            einsum("ik,kj->ij", a, b),
+        ])
+    expected = [tf.nn.relu(tf.nn.bias_add(tf.matmul(a, b), bias)),
+                tf.matmul(b, a, transpose_a=True, transpose_b=True), tf.einsum("ik,kj->ij", a, b)]
+    for native, emulated, plain in zip(*results, expected):
+        assert native.dtype == dtype
+        np.testing.assert_array_equal(native.numpy(), plain.numpy())
+        np.testing.assert_array_equal(emulated.numpy(), plain.numpy())
+
+
+def half_ulp(x):
+    """Half a bfloat16 ulp of |x| (float64): 2^(e - 9) for |x| in [2^(e-1), 2^e)."""
+    return np.ldexp(1.0, np.frexp(x)[1] - 9)
+
+
+def assert_correctly_rounded(result, exact, magnitude, k):
+    """bfloat16 `result` within half an ulp of the exact product (float64 `exact`): the exactly
+    rounded product, up to float32's accumulation error over k terms (at most
+    k * 2^-24 * (|a| @ |b|), `magnitude` = |a| @ |b|). Half an ulp is at most u * |exact|."""
+    assert result.dtype == tf.bfloat16
+    error = np.abs(f64(result) - exact)
+    assert (error <= half_ulp(exact) + k * 2.0**-24 * magnitude).all()
+    # round to nearest is unbiased (the host's truncating MatMul: -2.8e-3)
+    relative = (f64(result) - exact) / np.abs(exact) * np.sign(exact)
+    assert abs(relative[np.abs(exact) > 1].mean()) < 2e-4
+
+
+def test_float32_path_rounds_bfloat16_products_to_nearest(monkeypatch):
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    a, b = operands(tf.bfloat16)
+    exact, magnitude = f64(a) @ f64(b), np.abs(f64(a)) @ np.abs(f64(b))
+    assert_correctly_rounded(matmul(a, b), exact, magnitude, 512)
+    assert_correctly_rounded(matmul(b, a, transpose_a=True, transpose_b=True), exact.T,
+                             magnitude.T, 512)
+    assert_correctly_rounded(einsum("ik,kj->ij", a, b), exact, magnitude, 512)
+    # batched, as in attention: [batch, heads, m, k] x [batch, heads, n, k]^T
+    q = tf.reshape(a, [2, 3, 16, 512])
+    keys = tf.reshape(tf.transpose(b)[:64], [2, 2, 16, 512])[:, :1]  # broadcast over heads
+    batched_exact = f64(q) @ np.swapaxes(f64(keys), -1, -2)
+    batched_magnitude = np.abs(f64(q)) @ np.swapaxes(np.abs(f64(keys)), -1, -2)
+    assert_correctly_rounded(matmul(q, keys, transpose_b=True), batched_exact, batched_magnitude,
+                             512)
+    # bias and activation are applied in float32, then the sum is rounded once
+    bias = tf.cast(np.linspace(-3, 3, 80), tf.bfloat16)
+    biased = matmul(a, b, bias=bias, activation=tf.nn.relu)
+    assert_correctly_rounded(biased, np.maximum(exact + f64(bias), 0) + 1e-300, magnitude, 512)
+
+
+def test_native_path_is_the_hosts_op(monkeypatch):
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.NATIVE)
+    a, b = operands(tf.bfloat16)
+    result = matmul(a, b)
+    np.testing.assert_array_equal(f64(result), f64(tf.matmul(a, b)))
+    exact, magnitude = f64(a) @ f64(b), np.abs(f64(a)) @ np.abs(f64(b))
+    # rounded or truncated, but within one bfloat16 spacing (2u) of the exact product
+    assert (np.abs(f64(result) - exact) <= 2 * U * np.abs(exact) + 2.0**-15 * magnitude).all()
+
+
+def test_float32_path_gradients_are_rounded_float32_products(monkeypatch):
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    a, b = operands(tf.bfloat16, m=64, k=256, n=48)
+    bias = tf.cast(np.linspace(-1, 1, 48), tf.bfloat16)
+    upstream = tf.cast(np.random.default_rng(1).standard_normal((64, 48)), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch([a, b, bias])
+        outputs = matmul(a, b, bias=bias)
+    d_a, d_b, d_bias = tape.gradient(outputs, [a, b, bias], output_gradients=upstream)
+    up, a32, b32 = (tf.cast(t, tf.float32) for t in (upstream, a, b))
+    # exactly what float32 arithmetic then one rounding gives
+    for gradient, expected in ((d_a, tf.matmul(up, b32, transpose_b=True)),
+                               (d_b, tf.matmul(a32, up, transpose_a=True)),
+                               (d_bias, tf.reduce_sum(up, axis=0))):
+        assert gradient.dtype == tf.bfloat16
+        np.testing.assert_array_equal(f64(gradient), f64(tf.cast(expected, tf.bfloat16)))
+    # and so correctly rounded products
+    exact_d_a = f64(upstream) @ f64(b).T
+    assert_correctly_rounded(d_a, exact_d_a, np.abs(f64(upstream)) @ np.abs(f64(b)).T, 48)
+    exact_d_b = f64(a).T @ f64(upstream)
+    assert_correctly_rounded(d_b, exact_d_b, np.abs(f64(a)).T @ np.abs(f64(upstream)), 64)
+
+
+def test_dense_relu_dropout_gradient_on_the_float32_path(monkeypatch):
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    a, kernel = operands(tf.bfloat16, m=64, k=128, n=96)
+    bias = tf.cast(np.linspace(-1, 1, 96), tf.bfloat16)
+    upstream = tf.cast(np.random.default_rng(2).standard_normal((64, 96)), tf.bfloat16)
+    with tf.GradientTape() as tape:
+        tape.watch([a, kernel])
+        outputs = dense_relu_dropout(a, kernel, bias, 0.25, keras.random.SeedGenerator(3))
+    d_a, d_kernel = tape.gradient(outputs, [a, kernel], output_gradients=upstream)
+    # where the output is positive the gradient passes, times the dropout scale 4/3
+    d_inner = tf.where(outputs > 0, upstream * tf.cast(4 / 3, tf.bfloat16),
+                       tf.zeros((), tf.bfloat16))
+    d32, a32, k32 = (tf.cast(t, tf.float32) for t in (d_inner, a, kernel))
+    expected_d_a = tf.cast(tf.matmul(d32, k32, transpose_b=True), tf.bfloat16)
+    expected_d_kernel = tf.cast(tf.matmul(a32, d32, transpose_a=True), tf.bfloat16)
+    np.testing.assert_array_equal(f64(d_a), f64(expected_d_a))
+    np.testing.assert_array_equal(f64(d_kernel), f64(expected_d_kernel))
+    # the forward pass: relu(a @ kernel + bias) in float32, rounded once, then dropout
+    inner = tf.cast(tf.nn.relu(tf.matmul(a32, k32) + tf.cast(bias, tf.float32)), tf.bfloat16)
+    kept = f64(outputs) != 0
+    scaled = f64(inner * tf.cast(4 / 3, tf.bfloat16))
+    np.testing.assert_array_equal(f64(outputs)[kept], scaled[kept])
+
+
+def layer_results(path, monkeypatch, policy):
+    """Dense and relative-position attention outputs and gradients, computed under `path`."""
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+    keras.config.set_dtype_policy(policy)
+    keras.utils.set_random_seed(5)
+    dense = Dense(24, activation="relu")
+    attention = MultiHeadAttention(2, 16, dropout=0.0, maximum_relative_position=3)
+    x = tf.constant(np.random.default_rng(4).standard_normal((2, 5, 16)), tf.float32)
+    with tf.GradientTape() as tape:
+        tape.watch(x)
+        mask = tf.constant([[1.0] * 5, [1.0] * 3 + [0.0] * 2])
+        outputs = [dense(x), attention(x, attention_mask=mask)[0]]
+        loss = sum(tf.reduce_sum(tf.cast(o, tf.float32) ** 2) for o in outputs)
+    variables = dense.trainable_variables + attention.trainable_variables
+    gradients = tape.gradient(loss, [x] + variables)
+    return [f64(t) for t in outputs + gradients]
+
+
+def test_layers_in_float32_are_identical_on_both_paths(monkeypatch):
+    native = layer_results(cpu.NATIVE, monkeypatch, "float32")
+    emulated = layer_results(cpu.FLOAT32, monkeypatch, "float32")
+    for first, second in zip(native, emulated):
+        np.testing.assert_array_equal(first, second)
+
+
+def test_layers_in_bfloat16_follow_float32_on_the_float32_path(monkeypatch):
+    reference = layer_results(cpu.NATIVE, monkeypatch, "float32")
+    emulated = layer_results(cpu.FLOAT32, monkeypatch, "mixed_bfloat16")
+    # relative to the largest magnitude of all: the key bias' gradient is zero in exact
+    # arithmetic (softmax ignores a constant added to a row), only rounding noise in both
+    scale = max(np.abs(expected).max() for expected in reference)
+    for result, expected in zip(emulated, reference):
+        assert np.isfinite(result).all()
+        assert np.abs(result - expected).max() <= 8 * U * scale
