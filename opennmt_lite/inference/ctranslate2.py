@@ -1,0 +1,108 @@
+"""Translating a file with an exported CTranslate2 model (`run.py infer --ctranslate2 DIR`).
+
+Same input (the config's tokenizer and vocabulary, the same batches) and the same results as
+`inference.translate.translate_file`: per source line, n_best (detokenized text, score), where the
+score is the cumulative log-probability including `</s>` that OpenNMT-tf prints.
+
+CTranslate2's `translate_batch` defaults differ from OpenNMT-tf's, so every option is passed
+(`translate_options`): length_penalty 0 unless configured (its default, 1, also divides greedy
+scores by the length), min_decoding_length from the config (its default 1 forbids an empty
+translation), max_input_length 0 (its default truncates sources to 1024 tokens).
+"""
+
+import json
+import os
+import sys
+
+from tqdm import tqdm
+
+from opennmt_lite.data.vocab import UNK_TOKEN
+from opennmt_lite.errors import ArgumentError, MissingFileError
+
+
+def translate_options(options):
+    """`translate_batch` keyword arguments that decode as opennmt-lite does with `options`
+    (build.decoding_options)."""
+    beam = options["beam_width"]
+    return dict(
+        beam_size=beam,
+        num_hypotheses=options["n_best"],
+        # OpenNMT-tf ranks beams by score / ((5 + length) / 6) ** alpha at every step;
+        # CTranslate2 divides finished hypotheses by length ** alpha. Identical only for 0, and
+        # greedy search never uses a penalty.
+        length_penalty=0.0 if beam == 1 else float(options["length_penalty"]),
+        max_decoding_length=int(options["maximum_decoding_length"]),
+        min_decoding_length=int(options["minimum_decoding_length"]),
+        max_input_length=0,
+        return_scores=True,
+    )
+
+
+def load_translator(path, assets, compute_type="default", threads=None):
+    """A `ctranslate2.Translator` for the model directory `path`, checked against the config's
+    vocabularies (a model exported from another config would translate garbage). `threads`:
+    default every core this process may use."""
+    import ctranslate2
+
+    if not os.path.isfile(os.path.join(path, "model.bin")):
+        raise MissingFileError(f"--ctranslate2 {path}: no CTranslate2 model (model.bin) there; "
+                                "write one with `run.py export --format ctranslate2`")
+    _check_vocabularies(path, assets)
+    threads = threads or len(os.sched_getaffinity(0))
+    return ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
+                                  inter_threads=1, intra_threads=threads)
+
+
+def unknown_token(path):
+    """The token the model at `path` writes for the out-of-vocabulary id."""
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        return json.load(f).get("unk_token", UNK_TOKEN)
+
+
+def _check_vocabularies(path, assets):
+    unk = unknown_token(path)
+    for side, vocabulary in (("source", assets.source_vocabulary), ("target", assets.target_vocabulary)):
+        stored = _read_vocabulary(path, side)
+        if stored != vocabulary.tokens + [unk]:
+            raise ArgumentError(f"--ctranslate2 {path}: its {side} vocabulary differs from "
+                             f"{vocabulary.path}: export the model with this config")
+
+
+def _read_vocabulary(path, side):
+    for name in (f"{side}_vocabulary", "shared_vocabulary"):
+        for extension, read in ((".json", json.load), (".txt", lambda f: f.read().split("\n")[:-1])):
+            file = os.path.join(path, name + extension)
+            if os.path.isfile(file):
+                with open(file, encoding="utf-8") as f:
+                    return read(f)
+    raise MissingFileError(f"--ctranslate2 {path}: no {side} vocabulary file")
+
+
+def translate_file(translator, assets, inference_input, options, progress=True, unk_token=UNK_TOKEN):
+    """-> list (file order) of lists (n_best) of (detokenized text, log_prob), like
+    inference.translate.translate_file, decoding with `translator` in the same batches.
+    `unk_token`: the model's unknown token (`unknown_token(path)`)."""
+    data = inference_input
+    arguments = translate_options(options)
+    results = [None] * len(data.corpus)
+    batches = data.batches
+    if progress:
+        batches = tqdm(batches, desc="translating", unit="batch", file=sys.stderr, leave=False)
+    for indices in batches:
+        sources = [list(data.corpus.tokens[int(i)]) for i in indices]
+        outputs = translator.translate_batch(sources, max_batch_size=0, **arguments)
+        for index, source, output in zip(indices, sources, outputs):
+            hypotheses = [_known(tokens, unk_token) for tokens in output.hypotheses]
+            scores = output.scores
+            if arguments["length_penalty"] != 0:
+                # CTranslate2 then returns penalized scores: rescore for the plain log-probability.
+                scores = [sum(r.log_probs) for r in translator.score_batch(
+                    [source] * len(hypotheses), hypotheses, max_input_length=0)]
+            results[int(index)] = [(assets.target_tokenizer.detokenize(tokens), float(score))
+                                   for tokens, score in zip(hypotheses, scores)]
+    return results
+
+
+def _known(tokens, unk):
+    """opennmt-lite writes the out-of-vocabulary id as `<unk>` (the model's name may differ)."""
+    return [UNK_TOKEN if token == unk else token for token in tokens]
