@@ -31,7 +31,6 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
 import harness  # noqa: E402
-from bench_train import DTYPE_TO_MIXED_PRECISION  # noqa: E402
 
 ROOT = harness.ROOT
 REFERENCE = "float32"
@@ -78,7 +77,7 @@ def compare(histories, reference=REFERENCE):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--config", default=os.path.join(ROOT, "configs", "sample.yml"))
-    parser.add_argument("--dtype", nargs="+", choices=sorted(DTYPE_TO_MIXED_PRECISION),
+    parser.add_argument("--dtype", nargs="+", choices=sorted(harness.DTYPE_TO_MIXED_PRECISION),
                         default=[REFERENCE, "mixed_bfloat16"])
     parser.add_argument("--steps", type=int, default=None, help="train.max_step (default: "
                         "the config's)")
@@ -91,9 +90,9 @@ def main(argv=None):
     reused = {}
     for item in args.reuse:
         dtype, _, model_dir = item.partition("=")
-        if dtype not in DTYPE_TO_MIXED_PRECISION or not model_dir:
+        if dtype not in harness.DTYPE_TO_MIXED_PRECISION or not model_dir:
             parser.error(f"--reuse {item!r}: expected DTYPE=MODEL_DIR with DTYPE in "
-                         f"{sorted(DTYPE_TO_MIXED_PRECISION)}")
+                         f"{sorted(harness.DTYPE_TO_MIXED_PRECISION)}")
         reused[dtype] = model_dir
 
     base = harness.load_yaml(args.config)
@@ -105,10 +104,9 @@ def main(argv=None):
         parser.error(f"{args.config}: needs data.eval_features_file/eval_labels_file and "
                      "eval.steps (the comparison reads the validation loss)")
 
-    stamp = harness.timestamp()
-    run_dir = harness.run_directory(args.name, stamp)
+    session = harness.Session(args.name)
+    run_dir = session.run_dir
     shared = os.path.join(run_dir, "shared")
-    warning = harness.warn_if_busy()
 
     runs, histories = {}, {}
     for dtype in dtypes:
@@ -121,7 +119,7 @@ def main(argv=None):
         config = copy.deepcopy(base)
         config["data"] = relocate(config["data"], base["model_dir"], shared)
         config["model_dir"] = model_dir
-        config["train"]["mixed_precision"] = DTYPE_TO_MIXED_PRECISION[dtype]
+        config["train"]["mixed_precision"] = harness.DTYPE_TO_MIXED_PRECISION[dtype]
         config_path = os.path.join(run_dir, f"{dtype}.yml")
         harness.dump_yaml(config, config_path)
         cmd = [sys.executable, os.path.join(ROOT, "run.py"), "train", "--config", config_path]
@@ -155,13 +153,10 @@ def main(argv=None):
             print(f"{dtype}: final relative difference {100 * final:.2f}% "
                   f"({'within' if verdicts[dtype] else 'NOT within'} the "
                   f"{100 * TARGET_RELATIVE_DIFFERENCE:.0f}% target)")
-    path = harness.write_results(args.name, stamp, dict(
-        benchmark="mixed_quality", timestamp=stamp, arguments=vars(args),
-        machine=harness.machine_info(), load_warning=warning, config=base, runs=runs,
+    session.finish(dict(
+        benchmark="mixed_quality", arguments=vars(args), config=base, runs=runs,
         histories={d: list(h.values()) for d, h in histories.items()}, comparison=rows,
         within_target=verdicts))
-    print(f"\nresults: {os.path.relpath(path, ROOT)} (logs and model_dirs: "
-          f"{os.path.relpath(run_dir, ROOT)}/)")
     return 0
 
 

@@ -40,7 +40,7 @@ SP_PARAMS = dict(vocab_size=8000, model_type="unigram", character_coverage=1.0, 
 
 def prepare_models(cache_dir=CACHE_DIR, force=False):
     """Trains (or reuses) the two SentencePiece models and vocabularies; returns their paths."""
-    from opennmt_lite.tokenizers import train_sentencepiece
+    from opennmt_lite.data.tokenizers import train_sentencepiece
 
     manifest_path = os.path.join(cache_dir, "manifest.json")
     paths = {}

@@ -4,26 +4,23 @@
                                 [--dtype float32 [mixed_bfloat16]] [--lite-extra "key=value ..."]
                                 [--benchmark bench/configs/sample_benchmark.yml]
 
-1. Prepares the data once (bench/prepare.py, cached in runs/bench_cache/).
-2. Renders both configs from bench/configs/train_benchmark.yml (the performance issue's config;
-   --benchmark bench/configs/sample_benchmark.yml is configs/sample.yml) (same data files, vocabularies,
-   model and hyper-parameters; each lite config adds `train.mixed_precision` from one --dtype and
-   the --lite-extra overrides). They are saved in runs/bench_results/<name>-<timestamp>/configs/.
-3. Ensures the OpenNMT-tf venv (bench/onmt_env.py; ONMT_PYTHON=... reuses an interpreter).
-4. Measures the matmul peak of the machine in TensorFlow 2.21 (for MFU; --no-mfu skips it).
-5. Alternates runs: opennmt-lite (one per --dtype), OpenNMT-tf, opennmt-lite, OpenNMT-tf, ...
-   each in a fresh process with a fresh model_dir, its peak memory measured by the harness.
-6. Prints the table (median tokens/s, steps/s, peak RSS, MFU, ratios lite / OpenNMT-tf) and writes
-   every number to runs/bench_results/<name>-<timestamp>.json (logs in the folder of that name).
+The measurement: both configs are rendered from bench/configs/train_benchmark.yml (the
+performance issue's config; --benchmark bench/configs/sample_benchmark.yml is configs/sample.yml):
+same data files (bench/prepare.py, cached in runs/bench_cache/), vocabularies, model and
+hyper-parameters; each lite config adds `train.mixed_precision` from one --dtype and the
+--lite-extra overrides. They are saved in runs/bench_results/<name>-<timestamp>/configs/. Every
+run trains from scratch in a fresh process and a fresh model_dir:
 
-OpenNMT-tf side: bench/onmt_train.py (onmt-main ... --auto_config train, its log reports parsed).
-opennmt-lite side: `python run.py train --config <lite.yml>`; its trainer appends one JSON object
-per report to <model_dir>/metrics.jsonl (see bench/README.md for the exact contract). In both,
-the first report (warm-up, tracing, the step-1 checkpoint of OpenNMT-tf) is dropped and the
-median over the remaining reports is the run's figure.
+* OpenNMT-tf: bench/onmt_train.py (onmt-main ... --auto_config train, its log reports parsed);
+* opennmt-lite: `python run.py train --config <lite.yml>`; its trainer appends one JSON object
+  per report to <model_dir>/metrics.jsonl (see bench/README.md for the exact contract).
+
+In both, the first report (warm-up, tracing, the step-1 checkpoint of OpenNMT-tf) is dropped and
+the median over the remaining reports is the run's figure (--statistic mean: their time-weighted
+mean). The harness (bench/harness.py) alternates the runs, measures peak memory, and writes the
+table's numbers and every report to runs/bench_results/<name>-<timestamp>.json.
 """
 
-import argparse
 import copy
 import json
 import os
@@ -34,14 +31,11 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH_DIR)
 
 import harness  # noqa: E402
-import onmt_env  # noqa: E402
 import prepare  # noqa: E402
 
 ROOT = harness.ROOT
-DEFAULT_BENCHMARK = os.path.join(BENCH_DIR, "configs", "train_benchmark.yml")
-LITE, ONMT = "opennmt-lite", "opennmt-tf"
+LITE, ONMT = harness.LITE, harness.ONMT
 LITE_ENTRY = os.path.join(ROOT, "run.py")
-DTYPE_TO_MIXED_PRECISION = {"float32": False, "mixed_bfloat16": "bfloat16"}
 
 
 def lite_side(dtype):
@@ -49,39 +43,30 @@ def lite_side(dtype):
     return f"{LITE} ({dtype})"
 
 
-def render_configs(benchmark, cache_dir, steps, summary_steps, dtypes, lite_extra):
-    """(common, onmt, {lite side: lite config}) config dicts; `model_dir` is filled in per run.
-
-    All start from the same `common` (model, data with absolute cache paths, params, train).
-    OpenNMT-tf: common as is (run with --auto_config, fp32). opennmt-lite, one per dtype: common
-    plus train.mixed_precision (False for float32, "bfloat16" for mixed_bfloat16) and the
-    --lite-extra overrides.
-    """
+def common_config(benchmark, cache_dir, steps, summary_steps):
+    """The benchmark's config with absolute data paths and the run length; no model_dir."""
     common = copy.deepcopy(benchmark)
     common["data"] = {key: os.path.join(cache_dir, value) for key, value in common["data"].items()}
     common["train"]["max_step"] = int(steps)
     common["train"]["save_summary_steps"] = int(summary_steps)
-    onmt = dict(model_dir=None, **copy.deepcopy(common))
-    lites = {}
-    for dtype in dtypes:
-        lite = dict(model_dir=None, **copy.deepcopy(common))
-        lite["train"]["mixed_precision"] = DTYPE_TO_MIXED_PRECISION[dtype]
-        for key, value in harness.parse_overrides(lite_extra):
-            harness.set_dotted(lite, key, value)
-        lites[lite_side(dtype)] = lite
-    return common, onmt, lites
+    return common
+
+
+def lite_config(common, dtype, lite_extra=""):
+    """`common` + train.mixed_precision of `dtype` + the --lite-extra overrides."""
+    config = copy.deepcopy(common)
+    config["train"]["mixed_precision"] = harness.DTYPE_TO_MIXED_PRECISION[dtype]
+    for key, value in harness.parse_overrides(lite_extra):
+        harness.set_dotted(config, key, value)
+    return config
 
 
 def read_lite_metrics(model_dir, drop_first):
     """Reports of `<model_dir>/metrics.jsonl` -> a result dict like onmt_train.py's."""
     path = os.path.join(model_dir, "metrics.jsonl")
-    reports = []
     try:
         with open(path, encoding="utf-8") as stream:
-            for line in stream:
-                line = line.strip()
-                if line:
-                    reports.append(json.loads(line))
+            reports = [json.loads(line) for line in stream if line.strip()]
     except OSError as error:
         return dict(error=f"cannot read {path}: {error}")
     except ValueError as error:
@@ -92,19 +77,12 @@ def read_lite_metrics(model_dir, drop_first):
     missing = [k for k in ("step", "tokens_per_sec") if k not in reports[0]]
     if missing:
         return dict(error=f"{path}: reports lack {missing}")
-    first_steps = {r["step"] for r in reports[:drop_first]}
-    kept = [r for r in reports if r["step"] not in first_steps]
-    # steps/s: 1 / seconds_per_step when reported, else between consecutive reports from the
-    # cumulative `elapsed` (seconds since the start of training).
-    for report in reports:
+    for index, report in enumerate(reports):
+        report["kept"] = index >= drop_first
+        # steps/s: 1 / seconds_per_step, as OpenNMT-tf reports it.
         if report.get("seconds_per_step"):
-            report.setdefault("steps_per_sec", 1.0 / report["seconds_per_step"])
-    for previous, report in zip(reports, reports[1:]):
-        interval = (report.get("elapsed") or 0) - (previous.get("elapsed") or 0)
-        if "elapsed" in report and "elapsed" in previous and interval > 0:
-            report.setdefault("steps_per_sec", (report["step"] - previous["step"]) / interval)
-    for report in reports:
-        report["kept"] = report in kept
+            report["steps_per_sec"] = 1.0 / report["seconds_per_step"]
+    kept = [r for r in reports if r["kept"]]
     result = dict(framework=LITE, reports=reports, dropped_reports=len(reports) - len(kept),
                   steps=reports[-1]["step"])
     if not kept:
@@ -141,32 +119,59 @@ def apply_time_weighted_mean(result):
             result[key] = value / total
 
 
-def lite_unavailable_reason():
-    if not os.path.exists(LITE_ENTRY):
-        return f"{os.path.relpath(LITE_ENTRY, ROOT)} does not exist yet"
-    return None
+def training_side(name, config, run_dir, drop_first=1, statistic="median",
+                  keep_model_dirs=False, peak_dtype="float32", onmt_python=None):
+    """A harness.Side that trains `config` (a dict; each run gets its own model_dir) from
+    scratch: OpenNMT-tf (bench/onmt_train.py) with `onmt_python`, else opennmt-lite."""
+    label = harness.file_label(name)
+
+    def model_dir(index):
+        return os.path.join(run_dir, "model_dirs", f"{label}-{index}")
+
+    def command(index):
+        path = os.path.join(run_dir, "configs", f"{label}-run{index}.yml")
+        harness.dump_yaml(dict(config, model_dir=model_dir(index)), path)
+        if onmt_python:
+            return [onmt_python, os.path.join(BENCH_DIR, "onmt_train.py"), "--config", path,
+                    "--drop-first", str(drop_first), "--work-dir", model_dir(index) + "-work"]
+        return [sys.executable, LITE_ENTRY, "train", "--config", path]
+
+    def finish(record, index):
+        if not onmt_python:  # opennmt-lite writes its reports to metrics.jsonl
+            record["result"] = read_lite_metrics(model_dir(index), drop_first)
+        if statistic == "mean" and (record["result"] or {}).get("reports"):
+            apply_time_weighted_mean(record["result"])
+        if not keep_model_dirs:
+            shutil.rmtree(model_dir(index), ignore_errors=True)
+            shutil.rmtree(model_dir(index) + "-work", ignore_errors=True)
+
+    return harness.Side(name, command, peak_dtype, finish)
+
+
+def flops_per_token(model, stats):
+    """harness.training_flops_per_token of the benchmark model on the prepared corpus."""
+    lengths = stats["train"]["after_length_filter"]
+    return harness.training_flops_per_token(
+        model["num_layers"], model["num_units"], model["ffn_inner_dim"],
+        stats["sentencepiece"]["de"]["vocabulary_size_with_oov"],
+        lengths["mean_source_length"], lengths["mean_target_length"],
+        lengths["source_attention_span"], lengths["target_attention_span"],
+        lengths["cross_attention_span"], relative=bool(model.get("maximum_relative_position")),
+    )
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=3, help="runs per framework (alternated)")
+    parser = harness.parser(__doc__, name="train", timeout=3600)
     parser.add_argument("--steps", type=int, default=60, help="training steps per run")
     parser.add_argument("--summary-steps", type=int, default=None,
                         help="steps per report (default: the benchmark's, 5)")
     parser.add_argument("--drop-first", type=int, default=1, help="reports dropped per run")
-    parser.add_argument("--only", choices=("onmt", "lite"), default=None)
-    parser.add_argument("--dtype", choices=sorted(DTYPE_TO_MIXED_PRECISION), nargs="+",
+    parser.add_argument("--dtype", choices=sorted(harness.DTYPE_TO_MIXED_PRECISION), nargs="+",
                         default=["float32"],
                         help="opennmt-lite compute dtype(s), each a side of its own, e.g. "
                              "--dtype float32 mixed_bfloat16 (OpenNMT-tf always runs float32)")
     parser.add_argument("--lite-extra", default="",
                         help='opennmt-lite config overrides, e.g. "train.jit_compile=true"')
-    parser.add_argument("--benchmark", default=DEFAULT_BENCHMARK)
-    parser.add_argument("--cache-dir", default=prepare.DEFAULT_CACHE_DIR)
-    parser.add_argument("--name", default="train", help="results name prefix")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
-    parser.add_argument("--no-mfu", action="store_true", help="skip the matmul peak measurement")
     parser.add_argument("--keep-model-dirs", action="store_true")
     parser.add_argument(
         "--statistic", choices=("median", "mean"), default="median",
@@ -174,213 +179,76 @@ def main(argv=None):
              "total time; use with --steps covering whole epochs, see bench/README.md)")
     args = parser.parse_args(argv)
 
-    stamp = harness.timestamp()
-    warning = harness.warn_if_busy()
     benchmark = harness.load_yaml(args.benchmark)
+    args.summary_steps = args.summary_steps or benchmark["train"].get("save_summary_steps", 5)
+    args.dtype = list(dict.fromkeys(args.dtype))  # each dtype once, in the given order
+    if args.steps // args.summary_steps <= args.drop_first:
+        parser.error(f"--steps {args.steps} gives {args.steps // args.summary_steps} report(s) "
+                     f"of {args.summary_steps} steps: nothing left after dropping "
+                     f"{args.drop_first}")
     # A benchmark may ask for other data preparation (e.g. the sample's 4 000-piece vocabularies);
     # it then gets a cache of its own beside the default one.
     prepare_overrides = benchmark.pop("prepare", None) or {}
     if prepare_overrides and args.cache_dir == prepare.DEFAULT_CACHE_DIR:
         name = os.path.splitext(os.path.basename(args.benchmark))[0]
         args.cache_dir = os.path.join(prepare.DEFAULT_CACHE_DIR, name)
-    paths = prepare.prepare(args.cache_dir, **prepare_overrides)
+    session = harness.Session(args.name, args.cache_dir, **prepare_overrides)
     stats = prepare.read_stats(args.cache_dir)
-    summary_steps = args.summary_steps or benchmark["train"].get("save_summary_steps", 5)
-    args.summary_steps = summary_steps
-    args.dtype = list(dict.fromkeys(args.dtype))  # each dtype once, in the given order
-    common, onmt_config, lite_configs = render_configs(
-        benchmark, paths["cache_dir"], args.steps, summary_steps, args.dtype, args.lite_extra
-    )
-    if args.steps // summary_steps <= args.drop_first:
-        parser.error(f"--steps {args.steps} gives {args.steps // summary_steps} report(s) of "
-                     f"{summary_steps} steps: nothing left after dropping {args.drop_first}")
 
-    run_dir = harness.run_directory(args.name, stamp)
-    config_dir = os.path.join(run_dir, "configs")
-    os.makedirs(config_dir, exist_ok=True)
+    common = common_config(benchmark, session.paths["cache_dir"], args.steps, args.summary_steps)
+    configs = {ONMT: common} if args.only != "lite" else {}
+    config_dir = os.path.join(session.run_dir, "configs")
     harness.dump_yaml(common, os.path.join(config_dir, "common.yml"))
-    harness.dump_yaml(onmt_config, os.path.join(config_dir, "onmt.yml"))
-    for dtype, lite_config in zip(args.dtype, lite_configs.values()):
-        harness.dump_yaml(lite_config, os.path.join(config_dir, f"lite-{dtype}.yml"))
+    harness.dump_yaml(dict(common, model_dir=None), os.path.join(config_dir, "onmt.yml"))
+    sides = []
+    options = dict(run_dir=session.run_dir, drop_first=args.drop_first,
+                   statistic=args.statistic, keep_model_dirs=args.keep_model_dirs)
+    for dtype in args.dtype if args.only != "onmt" else []:
+        config = lite_config(common, dtype, args.lite_extra)
+        configs[lite_side(dtype)] = config
+        harness.dump_yaml(dict(config, model_dir=None),
+                          os.path.join(config_dir, f"lite-{dtype}.yml"))
+        sides.append(training_side(lite_side(dtype), config,
+                                   peak_dtype="bfloat16" if "bfloat16" in dtype else "float32",
+                                   **options))
+    if args.only != "lite":
+        sides.append(training_side(ONMT, common, onmt_python=session.ensure_onmt(True),
+                                   **options))
 
-    lite_sides = list(lite_configs)
-    sides = {None: lite_sides + [ONMT], "lite": lite_sides, "onmt": [ONMT]}[args.only]
-    skipped = {}
-    onmt_python = None
-    if ONMT in sides:
-        onmt_python = onmt_env.ensure_onmt_python()
-    reason = lite_unavailable_reason()
-    if reason and set(lite_sides) & set(sides):
-        for side in lite_sides:
-            skipped[side] = reason
-        harness.log(f"opennmt-lite sides SKIPPED: {reason} (the trainer `python run.py train "
-                    "--config <yaml>` writing <model_dir>/metrics.jsonl is not available)")
-        sides = [side for side in sides if side not in lite_sides]
-    if not sides:
-        harness.log("nothing to run")
-        return 1
-
-    model = benchmark["model"]
-    target_vocab = stats["sentencepiece"]["de"]["vocabulary_size_with_oov"]
-    lengths = stats["train"]["after_length_filter"]
-    flops_per_token = harness.training_flops_per_token(
-        model["num_layers"], model["num_units"], model["ffn_inner_dim"], target_vocab,
-        lengths["mean_source_length"], lengths["mean_target_length"],
-        lengths["source_attention_span"], lengths["target_attention_span"],
-        lengths["cross_attention_span"], relative=bool(model.get("maximum_relative_position")),
-    )
-    peak = {}
-    if not args.no_mfu:
-        harness.log("measuring the matmul peak (TensorFlow %s)" % "2.21")
-        peak = harness.measure_peak_flops(("float32", "bfloat16"))
-    # MFU of each side against the peak of the dtype its matmuls run in.
-    peak_dtype = {ONMT: "float32"}
-    for side, config in lite_configs.items():
-        bf16 = config["train"].get("mixed_precision") == "bfloat16"
-        peak_dtype[side] = "bfloat16" if bf16 else "float32"
-    file_label = {ONMT: ONMT, **{lite_side(d): f"{LITE}-{d}" for d in args.dtype}}
-
-    lite_failed = set()
-
-    def run_one(side, index):
-        label = file_label[side]
-        model_dir = os.path.join(run_dir, "model_dirs", f"{label}-{index}")
-        log_prefix = os.path.join(run_dir, f"run{index}-{label}")
-        if side in lite_failed:
-            return dict(skipped="an earlier run of this side failed", result=None)
-        config = copy.deepcopy(onmt_config if side == ONMT else lite_configs[side])
-        config["model_dir"] = model_dir
-        config_path = os.path.join(config_dir, f"{label}-run{index}.yml")
-        harness.dump_yaml(config, config_path)
-        if side == ONMT:
-            cmd = [onmt_python, os.path.join(BENCH_DIR, "onmt_train.py"), "--config", config_path,
-                   "--drop-first", str(args.drop_first),
-                   "--work-dir", model_dir + "-work"]
-        else:
-            cmd = [sys.executable, LITE_ENTRY, "train", "--config", config_path]
-        harness.log(f"run {index + 1}/{args.runs} {side}: {' '.join(cmd)}")
-        record = harness.run_measured(cmd, log_prefix, timeout=args.timeout)
-        if side != ONMT:
-            record["result"] = read_lite_metrics(model_dir, args.drop_first)
-        result = record["result"] or {}
-        if args.statistic == "mean" and result.get("reports"):
-            apply_time_weighted_mean(result)
-        if record["returncode"] != 0 or result.get("error") or result.get("tokens_per_sec") is None:
-            why = result.get("error") or f"exit status {record['returncode']}"
-            record["error"] = why
-            harness.log(f"  {side} run FAILED ({why}); stderr tail:\n"
-                        + harness.tail(record["stderr"], 15))
-            if side != ONMT:
-                lite_failed.add(side)
-        else:
-            tokens = result["tokens_per_sec"]
-            record["mfu"] = (tokens * flops_per_token / peak[peak_dtype[side]]
-                             if peak.get(peak_dtype[side]) else None)
-            harness.log(f"  {side}: {tokens:,.0f} tokens/s, peak RSS "
-                        f"{record['peak_rss_bytes'] / harness.GB:.2f} GB, "
-                        f"{record['wall_seconds']:.0f} s wall")
-        if not args.keep_model_dirs:
-            shutil.rmtree(model_dir, ignore_errors=True)
-            shutil.rmtree(model_dir + "-work", ignore_errors=True)
-        return record
-
-    runs = harness.alternate(args.runs, sides, run_one)
-    summary = summarize(runs, sides)
-    if ONMT in summary:
-        for side in lite_sides:
-            if side in summary:
-                summary.setdefault("ratios_over_onmt", {})[side] = ratios(runs, summary, side)
-
+    flops = flops_per_token(benchmark["model"], stats)
+    peak = {} if args.no_mfu else harness.measure_peak_flops(("float32", "bfloat16"))
+    runs, summary = harness.compare(
+        sides, args.runs, ["tokens_per_sec", "steps_per_sec"], session.run_dir,
+        timeout=args.timeout, baseline=ONMT, flops_per_token=flops, peak=peak)
     print()
-    print(render_table(summary, sides, peak, peak_dtype, flops_per_token, args, skipped))
-    payload = dict(
-        benchmark="train",
-        timestamp=stamp,
-        arguments=vars(args),
-        machine=harness.machine_info(),
-        load_warning=warning,
-        onmt_versions=onmt_env.onmt_versions(onmt_python) if onmt_python else None,
-        configs=dict(common=common, onmt=onmt_config, lite=lite_configs),
-        peak_matmul_flops=peak,
-        training_flops_per_token=flops_per_token,
-        data_stats=stats,
-        skipped=skipped,
-        summary=summary,
-        runs=runs,
-    )
-    path = harness.write_results(args.name, stamp, payload)
-    print(f"\nresults: {os.path.relpath(path, ROOT)} (logs and configs: "
-          f"{os.path.relpath(run_dir, ROOT)}/)")
+    print(render_table(summary, peak, flops, args))
+    session.finish(dict(benchmark="train", arguments=vars(args), configs=configs,
+                        peak_matmul_flops=peak, training_flops_per_token=flops,
+                        data_stats=stats, summary=summary, runs=runs))
     return 0
 
 
-def summarize(runs, sides):
-    summary = {}
-    for side in sides:
-        ok = [r for r in runs[side] if not r.get("error") and r.get("result")
-              and r["result"].get("tokens_per_sec") is not None]
-        summary[side] = dict(
-            runs=len(runs[side]),
-            ok=len(ok),
-            tokens_per_sec=harness.median(r["result"]["tokens_per_sec"] for r in ok),
-            steps_per_sec=harness.median(r["result"].get("steps_per_sec") for r in ok),
-            peak_rss_bytes=harness.median(r["peak_rss_bytes"] for r in ok),
-            mfu=harness.median(r.get("mfu") for r in ok),
-            tokens_per_sec_per_run=[r["result"]["tokens_per_sec"] if r in ok else None
-                                    for r in runs[side]],
-        )
-    return summary
-
-
-def ratios(runs, summary, side):
-    """`side` / OpenNMT-tf: of the medians, and the median of the per-round ratios."""
-    lite, onmt = summary[side], summary[ONMT]
-    paired = []
-    for a, b in zip(runs[side], runs[ONMT]):
-        ta = (a.get("result") or {}).get("tokens_per_sec") if not a.get("error") else None
-        tb = (b.get("result") or {}).get("tokens_per_sec") if not b.get("error") else None
-        paired.append(harness.ratio(ta, tb))
-    return dict(
-        tokens_per_sec=harness.ratio(lite["tokens_per_sec"], onmt["tokens_per_sec"]),
-        tokens_per_sec_paired_median=harness.median(paired),
-        steps_per_sec=harness.ratio(lite["steps_per_sec"], onmt["steps_per_sec"]),
-        peak_rss=harness.ratio(lite["peak_rss_bytes"], onmt["peak_rss_bytes"]),
-    )
-
-
-def render_table(summary, sides, peak, peak_dtype, flops_per_token, args, skipped):
+def render_table(summary, peak, flops, args):
     headers = ["framework", "runs ok", "tokens/s", "steps/s", "peak RSS GB", "MFU", "per run"]
-    rows = []
-    for side in sides:
-        s = summary[side]
-        rows.append([
-            side, f"{s['ok']}/{s['runs']}", harness.fmt(s["tokens_per_sec"]),
-            harness.fmt(s["steps_per_sec"], ".3f"),
-            harness.fmt(None if s["peak_rss_bytes"] is None else s["peak_rss_bytes"] / harness.GB,
-                        ".2f"),
-            harness.fmt(None if s["mfu"] is None else 100 * s["mfu"], ".1f") + (
-                "%" if s["mfu"] is not None else ""),
-            " ".join(harness.fmt(v) for v in s["tokens_per_sec_per_run"]),
-        ])
-    for side, r in summary.get("ratios_over_onmt", {}).items():
-        rows.append([
-            f"ratio {side} / {ONMT}", "", harness.fmt(r["tokens_per_sec"], ".3f"),
-            harness.fmt(r["steps_per_sec"], ".3f"), harness.fmt(r["peak_rss"], ".3f"), "",
-            "paired median " + harness.fmt(r["tokens_per_sec_paired_median"], ".3f"),
-        ])
-    lines = [f"Training: {args.steps} steps per run, report every "
-             f"{args.summary_steps} steps, first {args.drop_first} report(s) dropped, "
-             "medians over runs (each run: "
-             + ("time-weighted mean" if args.statistic == "mean" else "median")
-             + " over its reports)",
-             harness.format_table(headers, rows)]
+    rows = [[side, f"{s['ok']}/{s['runs']}", harness.fmt(s["tokens_per_sec"]),
+             harness.fmt(s["steps_per_sec"], ".3f"), harness.gb(s["peak_rss_bytes"]),
+             harness.percent(s["mfu"]),
+             " ".join(harness.fmt(v) for v in s["tokens_per_sec_per_run"])]
+            for side, s in summary.items()]
+    for side, s in summary.items():
+        if "ratio" in s:
+            r = s["ratio"]
+            rows.append([f"ratio {side} / {ONMT}", "", harness.fmt(r["tokens_per_sec"], ".3f"),
+                         harness.fmt(r["steps_per_sec"], ".3f"), harness.fmt(r["peak_rss"], ".3f"),
+                         "", "paired median "
+                         + harness.fmt(r["tokens_per_sec_paired_median"], ".3f")])
+    statistic = "time-weighted mean" if args.statistic == "mean" else "median"
+    lines = [f"Training: {args.steps} steps per run, report every {args.summary_steps} steps, "
+             f"first {args.drop_first} report(s) dropped, medians over runs (each run: "
+             f"{statistic} over its reports)", harness.format_table(headers, rows)]
     if peak:
-        lines.append("MFU = tokens/s x %.1f MFLOP/token (estimate, harness."
-                     "training_flops_per_token) / matmul peak %s" % (
-                         flops_per_token / 1e6,
-                         ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in peak.items() if v)))
-    for side, reason in skipped.items():
-        lines.append(f"{side}: SKIPPED ({reason})")
+        lines.append(f"MFU = tokens/s x {flops / 1e6:.1f} MFLOP/token (estimate, harness."
+                     f"training_flops_per_token) / matmul peak {harness.peak_text(peak)}")
     return "\n".join(lines)
 
 

@@ -3,31 +3,31 @@
     python bench/bench_translate.py [--runs 3] [--repeats 2] [--only onmt|lite]
                                     [--beam-width 4] [--batch-size 32] [--steps 1500]
 
-1. Prepares the shared data once (bench/prepare.py, runs/bench_cache/).
-2. The batches, defined once: OpenNMT-tf's own inference pipeline over the test source
-   (runs/bench_cache/test.tok.en, 500 sentences), with auto_config's `infer:` settings
-   `batch_size: 32, batch_type: examples, length_bucket_width: 5` (`--batch-size`,
-   `--batch-type`, `--length-bucket-width`), saved with each sentence's line number in
-   runs/bench_cache/translate/batches-<type><size>-w<width>.npz. Both sides run these very
-   batches, in the same order.
-3. The model, trained once: a randomly initialised model emits `maximum_decoding_length` tokens
-   of garbage for every sentence, which says nothing about real translation. So the benchmark
-   model (bench/configs/train_benchmark.yml) is pre-trained briefly BY OPENNMT-TF ITSELF
-   (`onmt-main --auto_config --seed 1234 train`, `--steps` steps, default 1 500, with the
-   PRETRAIN overrides below: 2 048-token batches without accumulation, Noam schedule scaled 1.0
-   with 600 warm-up steps), cached in runs/bench_cache/translate/pretrain/ (a larger --steps
-   resumes the cached training, a smaller one is refused). Both sides
-   load that checkpoint (opennmt-lite through `opennmt_lite.onmt_compat.load_onmt_model`).
-   `--checkpoint PATH` uses another OpenNMT-tf checkpoint instead (e.g. the untrained
-   runs/bench_cache/onmt_init_ckpt, with a small `--maximum-decoding-length`).
-4. Alternates runs, each a fresh process: opennmt-lite, OpenNMT-tf, opennmt-lite, ... Each run
-   traces its function, makes one untimed warm-up pass over all batches, then `--repeats` timed
-   passes; each batch's outputs are fetched to numpy inside the timed loop. The run's figures
-   are the medians over passes of target tokens / s and sentences / s.
-5. Prints the table (median over runs, peak RSS, ratios lite / OpenNMT-tf, the median of the
-   per-round paired ratios), how many of the translations are identical between the two
-   frameworks, and writes runs/bench_results/<name>-<timestamp>.json; the hypotheses of every
-   run are in runs/bench_results/<name>-<timestamp>/runN-<side>.hyp (test-set order).
+The measurement:
+
+* The batches, defined once: OpenNMT-tf's own inference pipeline over the test source
+  (runs/bench_cache/test.tok.en, 500 sentences), with auto_config's `infer:` settings
+  `batch_size: 32, batch_type: examples, length_bucket_width: 5` (`--batch-size`,
+  `--batch-type`, `--length-bucket-width`), saved with each sentence's line number in
+  runs/bench_cache/translate/batches-<type><size>-w<width>.npz. Both sides run these very
+  batches, in the same order.
+* The model, trained once: a randomly initialised model emits `maximum_decoding_length` tokens
+  of garbage for every sentence, which says nothing about real translation. So the benchmark
+  model (bench/configs/train_benchmark.yml) is pre-trained briefly BY OPENNMT-TF ITSELF
+  (`onmt-main --auto_config --seed 1234 train`, `--steps` steps, default 1 500, with the
+  PRETRAIN overrides below: 2 048-token batches without accumulation, Noam schedule scaled 1.0
+  with 600 warm-up steps), cached in runs/bench_cache/translate/pretrain/ (a larger --steps
+  resumes the cached training, a smaller one is refused). Both sides load that checkpoint
+  (opennmt-lite through `opennmt_lite.onmt.checkpoint_import.load_onmt_model`).
+  `--checkpoint PATH` uses another OpenNMT-tf checkpoint instead (e.g. the untrained
+  runs/bench_cache/onmt_init_ckpt, with a small `--maximum-decoding-length`).
+* Each run (a fresh process; the harness alternates opennmt-lite, OpenNMT-tf, ...) traces its
+  function, makes one untimed warm-up pass over all batches, then `--repeats` timed passes;
+  each batch's outputs are fetched to numpy inside the timed loop. The run's figures are the
+  medians over passes of target tokens / s and sentences / s.
+* Printed besides the table: how many of the translations are identical between the two
+  frameworks; the hypotheses of every run are in
+  runs/bench_results/<name>-<timestamp>/runN-<side>.hyp (test-set order).
 
 Target tokens: the best hypothesis' length WITHOUT `</s>` (OpenNMT-tf's `predictions["length"]`,
 opennmt-lite's `DecodingResult.lengths`), summed over the 500 sentences; identical on both sides
@@ -36,16 +36,13 @@ when the translations are.
 OpenNMT-tf side: bench/onmt_translate.py (`tf.function(model.infer)` with the beam search params,
 as `onmt-main infer` runs it). opennmt-lite side (this file, `--worker lite`):
 `Transformer(**model)`, `load_onmt_model(checkpoint, model)`,
-`opennmt_lite.inference.translation_function(model, beam_width=4, n_best=1,
+`opennmt_lite.inference.decoding.translation_function(model, beam_width=4, n_best=1,
 length_penalty=0, maximum_decoding_length=250)` (a tf.function over [None, None] int32 ids and
-[None] int32 lengths).
+[None] int32 lengths). Without --checkpoint the worker uses seeded random weights (bench/gpu.py).
 """
 
-import argparse
 import copy
-import json
 import os
-import resource
 import statistics
 import sys
 import time
@@ -57,9 +54,7 @@ import harness  # noqa: E402
 import prepare  # noqa: E402
 
 ROOT = harness.ROOT
-DEFAULT_BENCHMARK = os.path.join(BENCH_DIR, "configs", "train_benchmark.yml")
-LITE, ONMT = "opennmt-lite", "opennmt-tf"
-SKIPPED_EXIT = 3
+LITE, ONMT = harness.LITE, harness.ONMT
 PRETRAIN_SEED = 1234
 
 # The pre-training: the benchmark's model, data, optimizer and label smoothing, with these
@@ -78,22 +73,6 @@ PRETRAIN = dict(
 )
 
 
-def read_json(path):
-    try:
-        with open(path, encoding="utf-8") as stream:
-            return json.load(stream)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path, value):
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as stream:
-        json.dump(value, stream, indent=2, sort_keys=True)
-        stream.write("\n")
-    os.replace(tmp, path)
-
-
 def target_vocabulary(cache_dir, benchmark):
     """id -> token of the target vocabulary; the OOV id (= number of lines) -> <unk>."""
     path = os.path.join(cache_dir, benchmark["data"]["target_vocabulary"])
@@ -104,45 +83,26 @@ def target_vocabulary(cache_dir, benchmark):
     return tokens + ["<unk>"]
 
 
-# --------------------------------------------------------------------------------------------
-# The opennmt-lite worker (a separate process, like the OpenNMT-tf side)
-
-
 def lite_worker(args):
-    """Measures opennmt-lite's translation; prints one JSON line. Exit status 3 = not available."""
-    sys.path.insert(0, ROOT)
-    sys.path.insert(0, BENCH_DIR)
-    result = dict(framework=LITE)
-    try:
-        import keras
-        import numpy as np
-        import tensorflow as tf
-        from opennmt_lite.inference import translation_function
-        from opennmt_lite.models import Transformer
-        from opennmt_lite.onmt_compat import load_onmt_model
-    except ImportError as error:
-        result["skipped"] = f"opennmt-lite is not importable: {error}"
-        print(json.dumps(result), flush=True)
-        return SKIPPED_EXIT
-    from onmt_translate import load_batches  # numpy-only
+    """Measures opennmt-lite's translation; prints one JSON line."""
+    import numpy as np
+    import tensorflow as tf
 
     benchmark = harness.load_yaml(args.benchmark)
     stats = prepare.read_stats(args.cache_dir)
-    model = Transformer(
-        stats["sentencepiece"]["en"]["vocabulary_size_with_oov"],
+    model, prefix = harness.lite_model(
+        benchmark["model"], stats["sentencepiece"]["en"]["vocabulary_size_with_oov"],
         stats["sentencepiece"]["de"]["vocabulary_size_with_oov"],
-        **benchmark["model"],
-    )
-    prefix = load_onmt_model(args.checkpoint, model)
+        dtype=args.dtype, checkpoint=args.checkpoint)
+    from opennmt_lite.inference.decoding import translation_function  # (lite_model: on sys.path)
+
     options = dict(beam_width=args.beam_width, n_best=1, length_penalty=args.length_penalty,
                    maximum_decoding_length=args.maximum_decoding_length)
     translate = translation_function(model, **options)
-
-    batches = load_batches(args.batches)
+    batches = prepare.load_batches(args.batches)[: args.max_batches]
     tensors = [(tf.constant(ids.astype(np.int32)), tf.constant(length.astype(np.int32)))
                for ids, length, _ in batches]
     sentences = int(sum(len(index) for _, _, index in batches))
-    source_tokens = int(sum(int(length.sum()) for _, length, _ in batches))
 
     start = time.perf_counter()
     translate.get_concrete_function()
@@ -150,52 +110,36 @@ def lite_worker(args):
 
     def one_pass():
         outputs = []
-        start = time.perf_counter()
         for ids, length in tensors:
             decoded = translate(ids, length)
             outputs.append((decoded.ids.numpy(), decoded.lengths.numpy(),
                             decoded.log_probs.numpy()))
-        return time.perf_counter() - start, outputs
+        return outputs
 
-    warmup_seconds, outputs = one_pass()
-    passes = []
-    for _ in range(args.repeats):
-        seconds, outputs = one_pass()
-        target_tokens = int(sum(int(lengths[:, 0].sum()) for _, lengths, _ in outputs))
-        passes.append(dict(seconds=seconds, target_tokens=target_tokens,
-                           target_tokens_per_sec=target_tokens / seconds,
-                           sentences_per_sec=sentences / seconds))
+    warmup, seconds, outputs = harness.timed_passes(one_pass, args.repeats)
+    target_tokens = int(sum(int(lengths[:, 0].sum()) for _, lengths, _ in outputs))
+    passes = [dict(seconds=s, target_tokens=target_tokens, target_tokens_per_sec=target_tokens / s,
+                   sentences_per_sec=sentences / s) for s in seconds]
 
+    # The best hypotheses by line number (None for lines left out by --max-batches).
     vocabulary = target_vocabulary(args.cache_dir, benchmark)
-    hypotheses = [None] * sentences
-    log_probs = [None] * sentences
-    lengths_out = [None] * sentences
+    lines = 1 + max(int(line) for _, _, index in batches for line in index)
+    hypotheses, log_probs, lengths_out = [None] * lines, [None] * lines, [None] * lines
     for (_, _, index), (ids, lengths, scores) in zip(batches, outputs):
         for row, line in enumerate(index):
             length = int(lengths[row, 0])
-            hypotheses[int(line)] = " ".join(vocabulary[i] for i in ids[row, 0, :length])
-            log_probs[int(line)] = float(scores[row, 0])
-            lengths_out[int(line)] = length
-    result.update(
-        tensorflow=tf.__version__,
-        keras=keras.__version__,
-        checkpoint=prefix,
-        params=options,
-        batches=len(batches),
-        sentences=sentences,
-        source_tokens=source_tokens,
-        trace_seconds=trace_seconds,
-        warmup_seconds=warmup_seconds,
-        passes=passes,
-        target_tokens=passes[-1]["target_tokens"] if passes else None,
-        target_tokens_per_sec=statistics.median(p["target_tokens_per_sec"] for p in passes),
-        sentences_per_sec=statistics.median(p["sentences_per_sec"] for p in passes),
-        peak_rss_self_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        hypotheses=hypotheses,
-        lengths=lengths_out,
-        log_probs=log_probs,
-    )
-    print(json.dumps(result), flush=True)
+            hypotheses[line] = " ".join(vocabulary[i] for i in ids[row, 0, :length])
+            log_probs[line] = float(scores[row, 0])
+            lengths_out[line] = length
+    harness.print_worker_result(dict(
+        framework=LITE, dtype=args.dtype, checkpoint=prefix, params=options,
+        batches=len(batches), sentences=sentences,
+        source_tokens=int(sum(int(length.sum()) for _, length, _ in batches)),
+        trace_seconds=trace_seconds, warmup_seconds=warmup, passes=passes,
+        target_tokens=target_tokens,
+        target_tokens_per_sec=harness.median(p["target_tokens_per_sec"] for p in passes),
+        sentences_per_sec=harness.median(p["sentences_per_sec"] for p in passes),
+        hypotheses=hypotheses, lengths=lengths_out, log_probs=log_probs))
     return 0
 
 
@@ -212,11 +156,12 @@ def translate_cache_dir(cache_dir):
 def data_fingerprint(paths):
     """The shared cache's manifest (inputs' hashes and parameters): the batches and the trained
     checkpoint are rebuilt when it changes."""
-    return read_json(paths["manifest"])
+    return prepare.read_json(paths["manifest"])
 
 
-def ensure_batches(onmt_python, paths, args, run_dir):
+def ensure_batches(session, args):
     """The test-set batches made by OpenNMT-tf's inference pipeline; returns the npz path."""
+    onmt_python, paths = session.onmt_python, session.paths
     directory = translate_cache_dir(paths["cache_dir"])
     name = f"batches-{args.batch_type}{args.batch_size}-w{args.length_bucket_width}"
     npz = os.path.join(directory, name + ".npz")
@@ -224,7 +169,7 @@ def ensure_batches(onmt_python, paths, args, run_dir):
     wanted = dict(data=data_fingerprint(paths), features="test.tok.en",
                   batch_size=args.batch_size, batch_type=args.batch_type,
                   length_bucket_width=args.length_bucket_width)
-    recorded = read_json(sidecar)
+    recorded = prepare.read_json(sidecar)
     if os.path.exists(npz) and recorded and recorded.get("wanted") == wanted:
         return npz, recorded
     if onmt_python is None:
@@ -236,12 +181,12 @@ def ensure_batches(onmt_python, paths, args, run_dir):
          "--cache-dir", paths["cache_dir"], "--write-batches", npz,
          "--features", paths["test_en"], "--batch-size", str(args.batch_size),
          "--batch-type", args.batch_type, "--length-bucket-width", str(args.length_bucket_width)],
-        os.path.join(run_dir, "write-batches"),
+        os.path.join(session.run_dir, "write-batches"),
     )
     if record["returncode"] != 0 or not record["result"]:
         raise SystemExit("writing the batches failed:\n" + harness.tail(record["stderr"]))
     recorded = dict(wanted=wanted, result=record["result"])
-    write_json(sidecar, recorded)
+    prepare.write_json(sidecar, recorded)
     return npz, recorded
 
 
@@ -259,7 +204,7 @@ def pretrain_config(benchmark, cache_dir, steps, model_dir):
     return config
 
 
-def ensure_pretrained(onmt_python, paths, args, run_dir):
+def ensure_pretrained(session, args):
     """The checkpoint trained by OpenNMT-tf for --steps steps. Returns (prefix, info).
 
     Cached in runs/bench_cache/translate/pretrain/ (one model_dir, the last checkpoint kept).
@@ -269,6 +214,7 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
     of PRETRAIN trains again from scratch."""
     import shutil
 
+    onmt_python, paths, run_dir = session.onmt_python, session.paths, session.run_dir
     directory = os.path.join(translate_cache_dir(paths["cache_dir"]), "pretrain")
     done = os.path.join(directory, "done.json")
     benchmark = harness.load_yaml(args.benchmark)
@@ -278,7 +224,7 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
     for key in ("max_step", "save_checkpoints_steps", "save_summary_steps"):
         base["train"].pop(key)
     wanted = dict(data=data_fingerprint(paths), config=base, seed=PRETRAIN_SEED)
-    recorded = read_json(done)
+    recorded = prepare.read_json(done)
     usable = bool(recorded and recorded.get("wanted") == wanted and recorded.get("checkpoint")
                   and os.path.exists(recorded["checkpoint"] + ".index"))
     if usable and recorded["steps"] == args.steps:
@@ -312,7 +258,7 @@ def ensure_pretrained(onmt_python, paths, args, run_dir):
     recorded["segments"].append(dict(from_step=recorded["steps"], to_step=args.steps,
                                      wall_seconds=time.time() - start, reports=reports))
     recorded.update(steps=args.steps, checkpoint=record["result"]["checkpoint"])
-    write_json(done, recorded)
+    prepare.write_json(done, recorded)
     harness.log(f"pre-trained in {time.time() - start:.0f} s; last loss "
                 f"{reports[-1]['loss'] if reports else '?'}")
     return recorded["checkpoint"], recorded
@@ -338,20 +284,41 @@ def parse_onmt_reports(stderr_path):
 
 
 # --------------------------------------------------------------------------------------------
-# Comparison of the outputs
+# The sides and their outputs
 
 
-def compare(a, b):
-    """Identical translations between two results (test-set order), and the largest
-    |log-prob difference| among the identical ones."""
+def translation_side(name, command, run_dir, maximum_length, batch_indices, outputs):
+    """A harness.Side whose runs' translations are taken out of the JSON result: into
+    `<run_dir>/runN-<side>.hyp` and `outputs[(name, N)]`, their length statistics into the run
+    record (`output`). `batch_indices`: the line numbers of each batch."""
+    label = harness.file_label(name)
+
+    def finish(record, index):
+        result = record["result"] or {}
+        if "hypotheses" not in result:
+            return
+        output = {key: result.pop(key) for key in ("hypotheses", "log_probs", "lengths")}
+        outputs[(name, index)] = output
+        record["hypotheses_file"] = os.path.join(run_dir, f"run{index}-{label}.hyp")
+        with open(record["hypotheses_file"], "w", encoding="utf-8") as stream:
+            stream.write("".join((h or "") + "\n" for h in output["hypotheses"]))
+        record["output"] = output_stats(output, maximum_length, batch_indices)
+
+    return harness.Side(name, command, finish=finish)
+
+
+def compare_outputs(a, b):
+    """Identical translations between two results (by line), and the largest |log-prob
+    difference| among the identical ones."""
     ha, hb = a.get("hypotheses") or [], b.get("hypotheses") or []
     pa, pb = a.get("log_probs") or [], b.get("log_probs") or []
-    identical = [i for i, (x, y) in enumerate(zip(ha, hb)) if x == y]
+    both = [i for i, (x, y) in enumerate(zip(ha, hb)) if x is not None and y is not None]
+    identical = [i for i in both if ha[i] == hb[i]]
     diffs = [abs(pa[i] - pb[i]) for i in identical if i < len(pa) and i < len(pb)]
     return dict(
         identical=len(identical),
-        compared=min(len(ha), len(hb)),
-        different_lines=[i for i in range(min(len(ha), len(hb))) if ha[i] != hb[i]],
+        compared=len(both),
+        different_lines=[i for i in both if ha[i] != hb[i]],
         max_abs_log_prob_diff_identical=max(diffs) if diffs else None,
     )
 
@@ -359,12 +326,13 @@ def compare(a, b):
 def output_stats(result, maximum_length, batch_indices=()):
     """Length statistics of the best hypotheses; `batch_indices`: the line numbers of each batch
     (a batch decodes until its longest hypothesis ends)."""
-    lengths = result.get("lengths") or []
+    by_line = result.get("lengths") or []
+    lengths = [n for n in by_line if n is not None]
     if not lengths:
         return {}
     return dict(
         batches_at_maximum_decoding_length=sum(
-            1 for index in batch_indices if max(lengths[int(i)] for i in index) >= maximum_length),
+            1 for index in batch_indices if max(by_line[int(i)] for i in index) >= maximum_length),
         target_tokens=sum(lengths),
         mean_length=sum(lengths) / len(lengths),
         median_length=statistics.median(lengths),
@@ -374,9 +342,42 @@ def output_stats(result, maximum_length, batch_indices=()):
     )
 
 
-def write_hypotheses(path, result):
-    with open(path, "w", encoding="utf-8") as stream:
-        stream.write("".join(h + "\n" for h in result.get("hypotheses") or []))
+def summarize_outputs(summary, records, outputs):
+    """Adds to each side's summary its first translating run's output statistics and how many
+    translations of its later runs are identical to it; returns the comparison of the first two
+    sides' first runs (None without two)."""
+    firsts = {}
+    for side, runs in records.items():
+        done = [i for i in range(len(runs)) if (side, i) in outputs]
+        if not done:
+            continue
+        firsts[side] = outputs[(side, done[0])]
+        summary[side]["output"] = runs[done[0]]["output"]
+        summary[side]["identical_across_runs"] = [
+            compare_outputs(firsts[side], outputs[(side, i)])["identical"] for i in done[1:]]
+    if len(firsts) < 2:
+        return None
+    (a, first_a), (b, first_b) = list(firsts.items())[:2]
+    return dict(compare_outputs(first_a, first_b), sides=[a, b])
+
+
+def print_outputs(summary, comparison, batches):
+    """The output lines printed under the table."""
+    for side, s in summary.items():
+        out = s.get("output")
+        if out:
+            print(f"{side} output: {out['target_tokens']:,} target tokens, mean length "
+                  f"{out['mean_length']:.1f}, longest {out['max_length']}, "
+                  f"{out['at_maximum_decoding_length']} at the maximum decoding length (in "
+                  f"{out['batches_at_maximum_decoding_length']} of {batches} batches)"
+                  + (f"; identical across its runs: {s['identical_across_runs']}"
+                     if s.get("identical_across_runs") else ""))
+    if comparison:
+        diff = comparison["max_abs_log_prob_diff_identical"]
+        print(f"identical translations {' vs '.join(comparison['sides'])}: "
+              f"{comparison['identical']}/{comparison['compared']}"
+              + (f" (max |log-prob difference| among them {diff:.2e})" if diff is not None
+                 else ""))
 
 
 # --------------------------------------------------------------------------------------------
@@ -384,11 +385,9 @@ def write_hypotheses(path, result):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=3, help="runs per framework (alternated)")
-    parser.add_argument("--repeats", type=int, default=2, help="timed passes per run")
-    parser.add_argument("--only", choices=("onmt", "lite"), default=None)
+    parser = harness.parser(__doc__, name="translate", timeout=3600, mfu=False)
+    harness.add_worker_arguments(parser, repeats=2, checkpoint_help=(
+        "OpenNMT-tf checkpoint to use on both sides instead of the pre-trained one"))
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.0)
     parser.add_argument("--maximum-decoding-length", type=int, default=250)
@@ -397,141 +396,48 @@ def main(argv=None):
     parser.add_argument("--length-bucket-width", type=int, default=5)
     parser.add_argument("--steps", type=int, default=1500,
                         help="OpenNMT-tf pre-training steps of the benchmark model (cached)")
-    parser.add_argument("--checkpoint", default=None,
-                        help="OpenNMT-tf checkpoint to use on both sides instead of the "
-                             "pre-trained one")
-    parser.add_argument("--benchmark", default=DEFAULT_BENCHMARK)
-    parser.add_argument("--cache-dir", default=prepare.DEFAULT_CACHE_DIR)
-    parser.add_argument("--name", default="translate", help="results name prefix")
-    parser.add_argument("--timeout", type=float, default=3600, help="seconds per run")
-    parser.add_argument("--worker", choices=("lite",), help=argparse.SUPPRESS)
-    parser.add_argument("--batches", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker == "lite":
         return lite_worker(args)
 
-    import onmt_env
-
-    stamp = harness.timestamp()
-    warning = harness.warn_if_busy()
-    paths = prepare.prepare(args.cache_dir)
-    run_dir = harness.run_directory(args.name, stamp)
-
-    onmt_python = None
-    try:
-        onmt_python = onmt_env.ensure_onmt_python(create=args.only != "lite")
-    except RuntimeError:
-        if args.only != "lite":
-            raise
-    batches_path, batches_info = ensure_batches(onmt_python, paths, args, run_dir)
+    session = harness.Session(args.name, args.cache_dir)
+    onmt_python = session.ensure_onmt(required=args.only != "lite")
+    batches_path, batches_info = ensure_batches(session, args)
     pretrain_info = None
     if args.checkpoint:
         checkpoint = os.path.abspath(args.checkpoint)
     else:
-        checkpoint, pretrain_info = ensure_pretrained(onmt_python, paths, args, run_dir)
+        checkpoint, pretrain_info = ensure_pretrained(session, args)
 
-    sides = ([LITE] if args.only != "onmt" else []) + ([ONMT] if args.only != "lite" else [])
-    skipped = {}
-    measure_args = ["--benchmark", args.benchmark, "--cache-dir", paths["cache_dir"],
+    measure_args = ["--benchmark", args.benchmark, "--cache-dir", session.paths["cache_dir"],
                     "--checkpoint", checkpoint, "--batches", batches_path,
                     "--repeats", str(args.repeats), "--beam-width", str(args.beam_width),
                     "--length-penalty", str(args.length_penalty),
                     "--maximum-decoding-length", str(args.maximum_decoding_length)]
-    from onmt_translate import load_batches  # numpy-only
-
-    batch_indices = [index for _, _, index in load_batches(batches_path)]
-    outputs = {}  # (side, index) -> hypotheses/log_probs/lengths, kept out of the JSON records
-
-    def run_one(side, index):
-        if side in skipped:
-            return dict(skipped=skipped[side], result=None)
-        log_prefix = os.path.join(run_dir, f"run{index}-{side}")
-        if side == ONMT:
-            cmd = [onmt_python, os.path.join(BENCH_DIR, "onmt_translate.py"), *measure_args]
-        else:
-            cmd = [sys.executable, os.path.abspath(__file__), "--worker", "lite", *measure_args]
-        harness.log(f"run {index + 1}/{args.runs} {side}")
-        record = harness.run_measured(cmd, log_prefix, timeout=args.timeout)
-        result = record["result"] or {}
-        if result.get("skipped"):
-            skipped[side] = result["skipped"]
-            record["skipped"] = result["skipped"]
-            harness.log(f"  {side} SKIPPED: {result['skipped']}")
-        elif record["returncode"] != 0 or result.get("target_tokens_per_sec") is None:
-            record["error"] = f"exit status {record['returncode']}"
-            harness.log(f"  {side} run FAILED; stderr tail:\n" + harness.tail(record["stderr"], 15))
-        else:
-            outputs[(side, index)] = {key: result.pop(key) for key in
-                                      ("hypotheses", "log_probs", "lengths")}
-            write_hypotheses(log_prefix + ".hyp", outputs[(side, index)])
-            record["hypotheses_file"] = log_prefix + ".hyp"
-            record["output"] = output_stats(outputs[(side, index)], args.maximum_decoding_length,
-                                            batch_indices)
-            harness.log(f"  {side}: {result['target_tokens_per_sec']:,.0f} target tokens/s, "
-                        f"{result['sentences_per_sec']:.1f} sentences/s, peak RSS "
-                        f"{record['peak_rss_bytes'] / harness.GB:.2f} GB")
-        return record
-
-    runs = harness.alternate(args.runs, sides, run_one)
-
-    def ok_runs(side):
-        return [r for r in runs[side] if not r.get("error") and not r.get("skipped")
-                and (r.get("result") or {}).get("target_tokens_per_sec") is not None]
-
-    summary = {}
-    for side in sides:
-        ok = ok_runs(side)
-        summary[side] = dict(
-            runs=len(runs[side]), ok=len(ok),
-            target_tokens_per_sec=harness.median(
-                r["result"]["target_tokens_per_sec"] for r in ok),
-            sentences_per_sec=harness.median(r["result"]["sentences_per_sec"] for r in ok),
-            peak_rss_bytes=harness.median(r["peak_rss_bytes"] for r in ok),
-            target_tokens_per_sec_per_run=[
-                (r.get("result") or {}).get("target_tokens_per_sec") if r in ok else None
-                for r in runs[side]],
-            output=ok[0]["output"] if ok else None,
-        )
-        # Determinism inside a side: every run against its first successful run.
-        indices = [i for i in range(args.runs) if (side, i) in outputs]
-        if len(indices) > 1:
-            first = outputs[(side, indices[0])]
-            summary[side]["identical_across_runs"] = [
-                compare(first, outputs[(side, i)])["identical"] for i in indices[1:]]
-
-    comparison = None
-    if LITE in summary and ONMT in summary:
-        base, lite = summary[ONMT], summary[LITE]
-        paired = []
-        for a, b in zip(runs[LITE], runs[ONMT]):
-            ta = (a.get("result") or {}).get("target_tokens_per_sec") if not a.get("error") else None
-            tb = (b.get("result") or {}).get("target_tokens_per_sec") if not b.get("error") else None
-            paired.append(harness.ratio(ta, tb))
-        lite["ratio_to_onmt"] = dict(
-            target_tokens_per_sec=harness.ratio(lite["target_tokens_per_sec"],
-                                                base["target_tokens_per_sec"]),
-            target_tokens_per_sec_paired_median=harness.median(paired),
-            sentences_per_sec=harness.ratio(lite["sentences_per_sec"],
-                                            base["sentences_per_sec"]),
-            peak_rss=harness.ratio(lite["peak_rss_bytes"], base["peak_rss_bytes"]),
-        )
-        lite_i = [i for i in range(args.runs) if (LITE, i) in outputs]
-        onmt_i = [i for i in range(args.runs) if (ONMT, i) in outputs]
-        if lite_i and onmt_i:
-            comparison = compare(outputs[(LITE, lite_i[0])], outputs[(ONMT, onmt_i[0])])
-            comparison["runs_compared"] = dict(lite=lite_i[0], onmt=onmt_i[0])
+    batch_indices = [index for _, _, index in prepare.load_batches(batches_path)]
+    outputs = {}  # (side, run index) -> hypotheses/log_probs/lengths, kept out of the JSON
+    options = dict(run_dir=session.run_dir, maximum_length=args.maximum_decoding_length,
+                   batch_indices=batch_indices, outputs=outputs)
+    sides = []
+    if args.only != "onmt":
+        command = [sys.executable, os.path.abspath(__file__), "--worker", "lite", *measure_args]
+        sides.append(translation_side(LITE, lambda index: command, **options))
+    if args.only != "lite":
+        onmt_command = [onmt_python, os.path.join(BENCH_DIR, "onmt_translate.py"), *measure_args]
+        sides.append(translation_side(ONMT, lambda index: onmt_command, **options))
+    runs, summary = harness.compare(
+        sides, args.runs, ["target_tokens_per_sec", "sentences_per_sec"], session.run_dir,
+        timeout=args.timeout, baseline=ONMT)
+    comparison = summarize_outputs(summary, runs, outputs)
 
     headers = ["framework", "runs ok", "target tok/s", "sentences/s", "peak RSS GB",
                "x onmt tok/s", "x onmt paired", "x onmt RSS", "per run"]
     rows = []
-    for side in sides:
-        s = summary[side]
-        r = s.get("ratio_to_onmt") or {}
+    for side, s in summary.items():
+        r = s.get("ratio") or {}
         rows.append([
             side, f"{s['ok']}/{s['runs']}", harness.fmt(s["target_tokens_per_sec"]),
-            harness.fmt(s["sentences_per_sec"], ".1f"),
-            harness.fmt(None if s["peak_rss_bytes"] is None else s["peak_rss_bytes"] / harness.GB,
-                        ".2f"),
+            harness.fmt(s["sentences_per_sec"], ".1f"), harness.gb(s["peak_rss_bytes"]),
             harness.fmt(r.get("target_tokens_per_sec"), ".3f"),
             harness.fmt(r.get("target_tokens_per_sec_paired_median"), ".3f"),
             harness.fmt(r.get("peak_rss"), ".3f"),
@@ -540,48 +446,17 @@ def main(argv=None):
     batches = batches_info["result"]
     model_text = (f"OpenNMT-tf pre-trained {args.steps} steps" if pretrain_info
                   else f"checkpoint {os.path.relpath(checkpoint, ROOT)}")
-    print()
-    print(f"Translation: test set, {batches['sentences']} sentences in {batches['batches']} "
+    print(f"\nTranslation: test set, {batches['sentences']} sentences in {batches['batches']} "
           f"batches ({args.batch_type} {args.batch_size}, length_bucket_width "
           f"{args.length_bucket_width}), beam {args.beam_width}, length_penalty "
           f"{args.length_penalty:g}, maximum_decoding_length {args.maximum_decoding_length}, "
           f"{model_text}; warm-up pass + {args.repeats} timed passes per run, medians; target "
           "tokens exclude </s>")
     print(harness.format_table(headers, rows))
-    for side in sides:
-        out = summary[side].get("output")
-        if out:
-            print(f"{side} output: {out['target_tokens']:,} target tokens, mean length "
-                  f"{out['mean_length']:.1f}, longest {out['max_length']}, "
-                  f"{out['at_maximum_decoding_length']} at the maximum decoding length (in "
-                  f"{out['batches_at_maximum_decoding_length']} of {len(batch_indices)} batches)"
-                  + (f"; identical across its runs: {summary[side]['identical_across_runs']}"
-                     if summary[side].get("identical_across_runs") else ""))
-    if comparison:
-        diff = comparison["max_abs_log_prob_diff_identical"]
-        print(f"identical translations lite vs OpenNMT-tf: {comparison['identical']}/"
-              f"{comparison['compared']}" + (f" (max |log-prob difference| among them "
-                                             f"{diff:.2e})" if diff is not None else ""))
-    for side, reason in skipped.items():
-        print(f"{side}: SKIPPED ({reason})")
-    payload = dict(
-        benchmark="translate",
-        timestamp=stamp,
-        arguments=vars(args),
-        machine=harness.machine_info(),
-        load_warning=warning,
-        onmt_versions=onmt_env.onmt_versions(onmt_python) if onmt_python else None,
-        checkpoint=checkpoint,
-        pretrain=pretrain_info,
-        batches=dict(path=batches_path, **batches_info),
-        skipped=skipped,
-        summary=summary,
-        comparison=comparison,
-        runs=runs,
-    )
-    path = harness.write_results(args.name, stamp, payload)
-    print(f"\nresults: {os.path.relpath(path, ROOT)} (logs and hypotheses: "
-          f"{os.path.relpath(run_dir, ROOT)}/)")
+    print_outputs(summary, comparison, len(batch_indices))
+    session.finish(dict(benchmark="translate", arguments=vars(args), checkpoint=checkpoint,
+                        pretrain=pretrain_info, batches=dict(path=batches_path, **batches_info),
+                        summary=summary, comparison=comparison, runs=runs))
     return 0
 
 

@@ -98,4 +98,8 @@ def onmt_versions(python):
 
 
 if __name__ == "__main__":
+    import argparse
+
+    # Parsed only so that --help explains instead of creating the venv.
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     print(ensure_onmt_python())

@@ -17,8 +17,9 @@ Writes under the cache directory (default `runs/bench_cache/`, git-ignored):
 * `stats.json`: sizes and length statistics (used by the FLOP estimate of `bench_train.py`).
 * `manifest.json`: what the cache was built from; a change of the inputs or parameters rebuilds.
 
-`load_encoder_batches()` and `read_stats()` are importable from the OpenNMT-tf venv as well
-(numpy and the standard library only; SentencePiece and opennmt_lite are imported lazily).
+`load_encoder_batches()`, `load_batches()` and `read_stats()` are importable from the OpenNMT-tf
+venv as well (numpy and the standard library only; SentencePiece and opennmt_lite are imported
+lazily).
 """
 
 import argparse
@@ -86,7 +87,7 @@ def _wanted_manifest(params):
     return dict(format=CACHE_FORMAT, params=params, inputs=inputs)
 
 
-def _read_json(path):
+def read_json(path):
     try:
         with open(path, encoding="utf-8") as stream:
             return json.load(stream)
@@ -94,7 +95,7 @@ def _read_json(path):
         return None
 
 
-def _write_json(path, value):
+def write_json(path, value):
     tmp = path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as stream:
         json.dump(value, stream, indent=2, sort_keys=True)
@@ -144,7 +145,7 @@ def _train_one(input_file, model_prefix, vocab_path, vocab_size, model_type, cha
     if ROOT not in sys.path:
         sys.path.insert(0, ROOT)
     try:
-        from opennmt_lite.tokenizers import train_sentencepiece
+        from opennmt_lite.data.tokenizers import train_sentencepiece
     except ImportError:
         train_sentencepiece = None
     if train_sentencepiece is not None:
@@ -211,14 +212,14 @@ def read_vocabulary(path):
     return ids, len(tokens)
 
 
-def make_encoder_batches(tokenized_path, vocab_path, max_tokens=2048):
-    """The encoder benchmark's batches: [(ids int32 [B, T], lengths int32 [B])].
+def make_batches(tokenized_path, vocab_path, max_tokens=None, max_examples=None):
+    """Batches of a tokenized file: [(ids int32 [B, T], lengths int32 [B], line numbers [B])].
 
-    Every non-empty line of `tokenized_path`, mapped to ids with the vocabulary (unknown token ->
-    the OOV id, as OpenNMT-tf does), sorted by length (stable: ties keep file order), then packed
-    greedily so that B * T <= max_tokens, T being the longest sequence of the batch (padding id
-    0). A sequence longer than max_tokens gets a batch of its own. Batches are in ascending length
-    order; both frameworks run the same list in the same order.
+    Every non-empty line, mapped to ids with the vocabulary (unknown token -> the OOV id, as
+    OpenNMT-tf does), sorted by length (stable: ties keep file order), then packed greedily so
+    that B * T <= max_tokens (T being the longest sequence of the batch; padding id 0) and
+    B <= max_examples. A sequence longer than max_tokens gets a batch of its own. Batches are in
+    ascending length order; every side runs the same list in the same order.
     """
     import numpy as np
 
@@ -233,7 +234,9 @@ def make_encoder_batches(tokenized_path, vocab_path, max_tokens=2048):
     current = []
     for index in order:
         length = len(sequences[index])  # ascending: the new sequence is the batch's longest
-        if current and (len(current) + 1) * length > max_tokens:
+        too_many_tokens = max_tokens and (len(current) + 1) * length > max_tokens
+        too_many_examples = max_examples and len(current) >= max_examples
+        if current and (too_many_tokens or too_many_examples):
             batches.append(current)
             current = []
         current.append(index)
@@ -245,37 +248,51 @@ def make_encoder_batches(tokenized_path, vocab_path, max_tokens=2048):
         ids = np.zeros((len(batch), width), dtype=np.int32)
         lengths = np.zeros((len(batch),), dtype=np.int32)
         for row, index in enumerate(batch):
-            sequence = sequences[index]
-            ids[row, : len(sequence)] = sequence
-            lengths[row] = len(sequence)
-        result.append((ids, lengths))
+            ids[row, : len(sequences[index])] = sequences[index]
+            lengths[row] = len(sequences[index])
+        result.append((ids, lengths, np.asarray(batch, dtype=np.int64)))
     return result
 
 
-def save_encoder_batches(path, batches):
+def make_encoder_batches(tokenized_path, vocab_path, max_tokens=2048):
+    """The encoder benchmark's batches: [(ids int32 [B, T], lengths int32 [B])], all the
+    sentences of `tokenized_path` packed by `make_batches` into <= max_tokens padded tokens."""
+    return [(ids, lengths) for ids, lengths, _ in
+            make_batches(tokenized_path, vocab_path, max_tokens=max_tokens)]
+
+
+def save_batches(path, batches):
+    """Writes [(ids, lengths[, line numbers])] as npz: ids_i, length_i[, index_i] (the format of
+    bench/onmt_translate.py --write-batches)."""
     import numpy as np
 
     arrays = {"num_batches": np.asarray(len(batches))}
-    for i, (ids, lengths) in enumerate(batches):
-        arrays[f"ids_{i:05d}"] = ids
-        arrays[f"length_{i:05d}"] = lengths
+    for i, batch in enumerate(batches):
+        for name, array in zip(("ids", "length", "index"), batch):
+            arrays[f"{name}_{i:05d}"] = array
     tmp = path + ".tmp.npz"
     np.savez(tmp, **arrays)
     os.replace(tmp, path)
 
 
-def load_encoder_batches(path=None):
-    """[(ids int32 [B, T], lengths int32 [B])] as written by `prepare`."""
+
+def load_batches(path):
+    """[(ids int32 [B, T], lengths int32 [B][, line numbers [B]])] as `save_batches` writes."""
     import numpy as np
 
-    path = path or cache_paths()["encoder_batches"]
     with np.load(path) as data:
         count = int(data["num_batches"])
-        return [(data[f"ids_{i:05d}"], data[f"length_{i:05d}"]) for i in range(count)]
+        return [tuple(data[f"{name}_{i:05d}"] for name in ("ids", "length", "index")
+                      if f"{name}_{i:05d}" in data) for i in range(count)]
+
+
+def load_encoder_batches(path=None):
+    """[(ids int32 [B, T], lengths int32 [B])] as written by `prepare`."""
+    return [batch[:2] for batch in load_batches(path or cache_paths()["encoder_batches"])]
 
 
 def read_stats(cache_dir=DEFAULT_CACHE_DIR):
-    stats = _read_json(cache_paths(cache_dir)["stats"])
+    stats = read_json(cache_paths(cache_dir)["stats"])
     if stats is None:
         raise FileNotFoundError(f"no stats.json in {cache_dir}: run bench/prepare.py first")
     return stats
@@ -315,7 +332,7 @@ def prepare(cache_dir=DEFAULT_CACHE_DIR, force=False, **overrides):
     params.update(overrides)
     paths = cache_paths(cache_dir)
     wanted = _wanted_manifest(params)
-    if not force and _read_json(paths["manifest"]) == wanted and all(
+    if not force and read_json(paths["manifest"]) == wanted and all(
         os.path.exists(p) for k, p in paths.items()
         if k not in ("cache_dir", "encoder_checkpoint")
     ):
@@ -363,7 +380,7 @@ def prepare(cache_dir=DEFAULT_CACHE_DIR, force=False, **overrides):
     batches = make_encoder_batches(
         paths["train_en"], paths["vocab_en"], max_tokens=params["encoder_batch_tokens"]
     )
-    save_encoder_batches(paths["encoder_batches"], batches)
+    save_batches(paths["encoder_batches"], batches)
     real = sum(int(l.sum()) for _, l in batches)
     padded = sum(int(i.size) for i, _ in batches)
     stats["encoder_batches"] = dict(
@@ -377,8 +394,8 @@ def prepare(cache_dir=DEFAULT_CACHE_DIR, force=False, **overrides):
         attention_span=sum(int((l.astype("int64") ** 2).sum()) for _, l in batches) / real,
         padded_attention_span=sum(int(i.shape[1]) * int(l.sum()) for i, l in batches) / real,
     )
-    _write_json(paths["stats"], stats)
-    _write_json(paths["manifest"], wanted)
+    write_json(paths["stats"], stats)
+    write_json(paths["manifest"], wanted)
     _log(f"cache ready in {cache_dir} ({time.time() - start:.0f} s)")
     return paths
 

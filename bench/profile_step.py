@@ -39,7 +39,7 @@ sys.path.insert(0, BENCH_DIR)
 
 import harness  # noqa: E402
 import prepare  # noqa: E402
-from bench_train import DTYPE_TO_MIXED_PRECISION  # noqa: E402
+import bench_train  # noqa: E402
 
 CATEGORIES = ("matmul", "attention", "softmax/norm", "dropout", "optimizer", "input", "cast",
               "other")
@@ -79,14 +79,11 @@ def categorize(scope, op_type, thread):
 
 
 def benchmark_config(cache_dir, model_dir, dtype):
-    """The user config of the training benchmark (as bench_train.py renders it for lite)."""
-    benchmark = harness.load_yaml(os.path.join(BENCH_DIR, "configs", "train_benchmark.yml"))
-    config = dict(benchmark, model_dir=model_dir)
-    config["data"] = {key: os.path.join(cache_dir, value)
-                      for key, value in benchmark["data"].items()}
-    config["train"] = dict(benchmark["train"], max_step=10**6,
-                           mixed_precision=DTYPE_TO_MIXED_PRECISION[dtype])
-    return config
+    """The lite config of the training benchmark, as bench_train.py renders it, never stopping."""
+    benchmark = harness.load_yaml(harness.DEFAULT_BENCHMARK)
+    common = bench_train.common_config(benchmark, cache_dir, 10**6,
+                                       benchmark["train"]["save_summary_steps"])
+    return dict(bench_train.lite_config(common, dtype), model_dir=model_dir)
 
 
 def read_trace(logdir):
@@ -121,7 +118,8 @@ def read_trace(logdir):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--dtype", choices=sorted(DTYPE_TO_MIXED_PRECISION), default="float32")
+    parser.add_argument("--dtype", choices=sorted(harness.DTYPE_TO_MIXED_PRECISION),
+                        default="float32")
     parser.add_argument("--steps", type=int, default=4, help="recorded optimizer steps")
     parser.add_argument("--warmup", type=int, default=2, help="unrecorded steps first")
     parser.add_argument("--code-root", default=harness.ROOT,
@@ -137,15 +135,13 @@ def main(argv=None):
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, os.path.abspath(args.code_root))
     import tensorflow as tf
-    from opennmt_lite.config import build_config
-    from opennmt_lite.training import Trainer, replica_groups_dataset
 
     work = tempfile.mkdtemp(prefix="profile_step_")
     try:
-        config = build_config(benchmark_config(paths["cache_dir"], os.path.join(work, "model"),
-                                               args.dtype))
-        trainer = Trainer(config)
-        groups = iter(replica_groups_dataset(trainer.training_inputs, 0))
+        trainer = harness.lite_trainer(benchmark_config(
+            paths["cache_dir"], os.path.join(work, "model"), args.dtype))
+        # One group of batches per replica, as Trainer.run reads them.
+        groups = iter(tf.data.Dataset.zip(tuple(t.dataset() for t in trainer.training_inputs)))
         for _ in range(args.warmup):
             trainer.train_step(next(groups))
         logdir = os.path.join(work, "trace")
