@@ -96,14 +96,10 @@ class TransformerLayerWrapper(LayerWrapper):
         return config
 
 
-@keras.saving.register_keras_serializable(package=PACKAGE)
-class SelfAttentionEncoderLayer(keras.layers.Layer):
-    """Self-attention then feed-forward, each in a TransformerLayerWrapper.
-
-    call(inputs [batch, time, depth], attention_mask [batch, time] (1 = real token)) -> [batch, time, depth]
-
-    Records the sub-layers' tensors under `self_attention/` and `ffn/`, then output.
-    """
+class _TransformerLayer(keras.layers.Layer):
+    """The hyper-parameters shared by the encoder and decoder layers, and how their sub-layers
+    are made: each an attention or feed-forward network in a TransformerLayerWrapper, built with
+    the layer's dtype policy."""
 
     def __init__(
         self,
@@ -130,47 +126,37 @@ class SelfAttentionEncoderLayer(keras.layers.Layer):
         self.mha_bias = mha_bias
         self.maximum_relative_position = maximum_relative_position
         self.pre_norm = pre_norm
+
+    def _wrapped(self, layer, name):
+        return TransformerLayerWrapper(
+            layer, self.dropout, pre_norm=self.pre_norm, dtype=self.dtype_policy, name=name
+        )
+
+    def _attention(self, name, memory=False):
+        """Self-attention (with the relative positions, if any) or attention over the memory
+        (no relative positions; returns its attention weights)."""
         attention = MultiHeadAttention(
-            num_heads,
-            num_units,
-            bias=mha_bias,
-            dropout=attention_dropout,
-            maximum_relative_position=maximum_relative_position,
+            self.num_heads,
+            self.num_units,
+            bias=self.mha_bias,
+            dropout=self.attention_dropout,
+            maximum_relative_position=None if memory else self.maximum_relative_position,
+            return_attention=memory,
             dtype=self.dtype_policy,
             name="layer",
         )
-        self.self_attention = TransformerLayerWrapper(
-            attention, dropout, pre_norm=pre_norm, dtype=self.dtype_policy, name="self_attention"
-        )
+        return self._wrapped(attention, name)
+
+    def _ffn(self):
         ffn = FeedForwardNetwork(
-            ffn_inner_dim,
-            num_units,
-            dropout=ffn_dropout,
-            activation=ffn_activation,
+            self.ffn_inner_dim,
+            self.num_units,
+            dropout=self.ffn_dropout,
+            activation=self.ffn_activation,
             dtype=self.dtype_policy,
             name="layer",
         )
-        self.ffn = TransformerLayerWrapper(
-            ffn, dropout, pre_norm=pre_norm, dtype=self.dtype_policy, name="ffn"
-        )
-
-    def build(self, input_shape):
-        self.self_attention.build(input_shape)
-        self.ffn.build(input_shape)
-
-    def call(self, inputs, attention_mask=None, training=None):
-        # (Not named `mask`: Keras gives that argument name its own masking semantics.)
-        with recording_scope("self_attention"):
-            outputs, _ = self.self_attention(
-                inputs, attention_mask=attention_mask, training=training
-            )
-        with recording_scope("ffn"):
-            outputs = self.ffn(outputs, training=training)
-        record("output", outputs)
-        return outputs
-
-    def compute_output_shape(self, input_shape):
-        return input_shape
+        return self._wrapped(ffn, "ffn")
 
     def get_config(self):
         config = super().get_config()
@@ -190,7 +176,40 @@ class SelfAttentionEncoderLayer(keras.layers.Layer):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class SelfAttentionDecoderLayer(keras.layers.Layer):
+class SelfAttentionEncoderLayer(_TransformerLayer):
+    """Self-attention then feed-forward, each in a TransformerLayerWrapper.
+
+    call(inputs [batch, time, depth], attention_mask [batch, time] (1 = real token)) -> [batch, time, depth]
+
+    Records the sub-layers' tensors under `self_attention/` and `ffn/`, then output.
+    """
+
+    def __init__(self, num_units, num_heads, ffn_inner_dim, **kwargs):
+        super().__init__(num_units, num_heads, ffn_inner_dim, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.ffn = self._ffn()
+
+    def build(self, input_shape):
+        self.self_attention.build(input_shape)
+        self.ffn.build(input_shape)
+
+    def call(self, inputs, attention_mask=None, training=None):
+        # (Not named `mask`: Keras gives that argument name its own masking semantics.)
+        with recording_scope("self_attention"):
+            outputs, _ = self.self_attention(
+                inputs, attention_mask=attention_mask, training=training
+            )
+        with recording_scope("ffn"):
+            outputs = self.ffn(outputs, training=training)
+        record("output", outputs)
+        return outputs
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+
+@keras.saving.register_keras_serializable(package=PACKAGE)
+class SelfAttentionDecoderLayer(_TransformerLayer):
     """Masked self-attention, attention over the encoder output (memory), then feed-forward.
 
     call(inputs [batch, time, depth], attention_mask [batch, time, time] (future and padding),
@@ -204,70 +223,11 @@ class SelfAttentionDecoderLayer(keras.layers.Layer):
     Records the sub-layers' tensors under `self_attention/`, `attention/` and `ffn/`, then output.
     """
 
-    def __init__(
-        self,
-        num_units,
-        num_heads,
-        ffn_inner_dim,
-        dropout=0.1,
-        attention_dropout=0.1,
-        ffn_dropout=0.1,
-        ffn_activation="relu",
-        mha_bias=True,
-        maximum_relative_position=None,
-        pre_norm=True,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        self.num_units = num_units
-        self.num_heads = num_heads
-        self.ffn_inner_dim = ffn_inner_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.ffn_dropout = ffn_dropout
-        self.ffn_activation = ffn_activation
-        self.mha_bias = mha_bias
-        self.maximum_relative_position = maximum_relative_position
-        self.pre_norm = pre_norm
-        self_attention = MultiHeadAttention(
-            num_heads,
-            num_units,
-            bias=mha_bias,
-            dropout=attention_dropout,
-            maximum_relative_position=maximum_relative_position,
-            dtype=self.dtype_policy,
-            name="layer",
-        )
-        self.self_attention = TransformerLayerWrapper(
-            self_attention, dropout, pre_norm=pre_norm, dtype=self.dtype_policy,
-            name="self_attention",
-        )
-        memory_attention = MultiHeadAttention(
-            num_heads,
-            num_units,
-            bias=mha_bias,
-            dropout=attention_dropout,
-            return_attention=True,
-            dtype=self.dtype_policy,
-            name="layer",
-        )
-        self.attention = [
-            TransformerLayerWrapper(
-                memory_attention, dropout, pre_norm=pre_norm, dtype=self.dtype_policy,
-                name="attention_0",
-            )
-        ]
-        ffn = FeedForwardNetwork(
-            ffn_inner_dim,
-            num_units,
-            dropout=ffn_dropout,
-            activation=ffn_activation,
-            dtype=self.dtype_policy,
-            name="layer",
-        )
-        self.ffn = TransformerLayerWrapper(
-            ffn, dropout, pre_norm=pre_norm, dtype=self.dtype_policy, name="ffn"
-        )
+    def __init__(self, num_units, num_heads, ffn_inner_dim, **kwargs):
+        super().__init__(num_units, num_heads, ffn_inner_dim, **kwargs)
+        self.self_attention = self._attention("self_attention")
+        self.attention = [self._attention("attention_0", memory=True)]
+        self.ffn = self._ffn()
 
     def build(self, inputs_shape, memory_shape=None):
         memory_shape = inputs_shape if memory_shape is None else memory_shape
@@ -310,19 +270,3 @@ class SelfAttentionDecoderLayer(keras.layers.Layer):
         return outputs, {"self_kv": self_kv, "memory_kv": memory_kv}, attention
 
     # No compute_output_shape: symbolic calls trace `call` for its (outputs, cache, attention).
-
-    def get_config(self):
-        config = super().get_config()
-        config.update(
-            num_units=self.num_units,
-            num_heads=self.num_heads,
-            ffn_inner_dim=self.ffn_inner_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            ffn_dropout=self.ffn_dropout,
-            ffn_activation=self.ffn_activation,
-            mha_bias=self.mha_bias,
-            maximum_relative_position=self.maximum_relative_position,
-            pre_norm=self.pre_norm,
-        )
-        return config

@@ -4,9 +4,9 @@ import keras
 import tensorflow as tf
 
 from opennmt_lite.inspection.recorder import record, recording_scope
-from opennmt_lite.layers.common import PACKAGE, Dense, LayerNorm, apply_dropout, make_seed_generator
-from opennmt_lite.layers.position import SinusoidalPositionEncoder, resolve_position_encoding
+from opennmt_lite.layers.common import PACKAGE, Dense
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
+from opennmt_lite.models.stack import TransformerStack
 
 
 def future_mask(sequence_length, maximum_length):
@@ -17,7 +17,7 @@ def future_mask(sequence_length, maximum_length):
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
-class SelfAttentionDecoder(keras.layers.Layer):
+class SelfAttentionDecoder(TransformerStack):
     """A stack of decoder layers and the output projection to the target vocabulary.
 
     Teacher forcing: call(inputs [batch, time, depth] (target embeddings), sequence_length [batch],
@@ -35,69 +35,14 @@ class SelfAttentionDecoder(keras.layers.Layer):
     later step's tensors replace an earlier one's of the same name).
     """
 
-    def __init__(
-        self,
-        num_layers,
-        vocabulary_size,
-        num_units=512,
-        num_heads=8,
-        ffn_inner_dim=2048,
-        dropout=0.1,
-        attention_dropout=0.1,
-        ffn_dropout=0.1,
-        ffn_activation="relu",
-        mha_bias=True,
-        maximum_relative_position=None,
-        pre_norm=True,
-        position_encoding="auto",
-        output_layer_bias=True,
-        **kwargs,
-    ):
-        super().__init__(**kwargs)
-        position_encoding = resolve_position_encoding(
-            position_encoding, maximum_relative_position, num_units, num_heads
-        )
-        self.num_layers = num_layers
+    def __init__(self, num_layers, vocabulary_size, *args, output_layer_bias=True, **kwargs):
+        super().__init__(num_layers, *args, **kwargs)
         self.vocabulary_size = vocabulary_size
-        self.num_units = num_units
-        self.num_heads = num_heads
-        self.ffn_inner_dim = ffn_inner_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.ffn_dropout = ffn_dropout
-        self.ffn_activation = ffn_activation
-        self.mha_bias = mha_bias
-        self.maximum_relative_position = maximum_relative_position
-        self.pre_norm = pre_norm
-        self.position_encoding = position_encoding
         self.output_layer_bias = output_layer_bias
-        self.position_encoder = (
-            SinusoidalPositionEncoder(dtype=self.dtype_policy, name="position_encoder")
-            if position_encoding
-            else None
-        )
-        self.layer_norm = LayerNorm(dtype=self.dtype_policy, name="layer_norm") if pre_norm else None
-        self.layers = [
-            SelfAttentionDecoderLayer(
-                num_units,
-                num_heads,
-                ffn_inner_dim,
-                dropout=dropout,
-                attention_dropout=attention_dropout,
-                ffn_dropout=ffn_dropout,
-                ffn_activation=ffn_activation,
-                mha_bias=mha_bias,
-                maximum_relative_position=maximum_relative_position,
-                pre_norm=pre_norm,
-                dtype=self.dtype_policy,
-                name=f"layer_{i}",
-            )
-            for i in range(num_layers)
-        ]
+        self.layers = [SelfAttentionDecoderLayer(**self.layer_arguments(i)) for i in range(num_layers)]
         self.output_layer = Dense(
             vocabulary_size, use_bias=output_layer_bias, dtype=self.dtype_policy, name="output_layer"
         )
-        self.dropout_seed = make_seed_generator(dropout)
 
     def share_output_embedding(self, embedding):
         """Projects with the target embedding `[vocab, depth]`, transposed (before `build`)."""
@@ -112,12 +57,7 @@ class SelfAttentionDecoder(keras.layers.Layer):
         self.output_layer.build(inputs_shape)
 
     def _run(self, x, attention_mask, memory, memory_mask, cache, step, training):
-        x = x * tf.cast(self.num_units**0.5, x.dtype)
-        record("scaled_inputs", x)
-        if self.position_encoder is not None:
-            x = self.position_encoder(x, step=step)
-            record("position_encoded_inputs", x)
-        x = apply_dropout(x, self.dropout, self.dropout_seed, training)
+        x = self.embed(x, training, step=step)
         new_cache = []
         attention = None
         for i, layer in enumerate(self.layers):
@@ -197,20 +137,5 @@ class SelfAttentionDecoder(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_layers=self.num_layers,
-            vocabulary_size=self.vocabulary_size,
-            num_units=self.num_units,
-            num_heads=self.num_heads,
-            ffn_inner_dim=self.ffn_inner_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            ffn_dropout=self.ffn_dropout,
-            ffn_activation=self.ffn_activation,
-            mha_bias=self.mha_bias,
-            maximum_relative_position=self.maximum_relative_position,
-            pre_norm=self.pre_norm,
-            position_encoding=self.position_encoding,
-            output_layer_bias=self.output_layer_bias,
-        )
+        config.update(vocabulary_size=self.vocabulary_size, output_layer_bias=self.output_layer_bias)
         return config
