@@ -96,6 +96,17 @@ class TransformerLayerWrapper(LayerWrapper):
         return config
 
 
+# The hyper-parameters of an encoder or decoder layer (the stacks hold them too).
+LAYER_HYPERPARAMETERS = ("num_units", "num_heads", "ffn_inner_dim", "dropout", "attention_dropout",
+                         "ffn_dropout", "ffn_activation", "mha_bias", "maximum_relative_position",
+                         "pre_norm")
+
+
+def hyperparameters(layer):
+    """{name: value} of LAYER_HYPERPARAMETERS, read from `layer`."""
+    return {name: getattr(layer, name) for name in LAYER_HYPERPARAMETERS}
+
+
 class _TransformerLayer(keras.layers.Layer):
     """The hyper-parameters shared by the encoder and decoder layers, and how their sub-layers
     are made: each an attention or feed-forward network in a TransformerLayerWrapper, built with
@@ -160,18 +171,7 @@ class _TransformerLayer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(
-            num_units=self.num_units,
-            num_heads=self.num_heads,
-            ffn_inner_dim=self.ffn_inner_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            ffn_dropout=self.ffn_dropout,
-            ffn_activation=self.ffn_activation,
-            mha_bias=self.mha_bias,
-            maximum_relative_position=self.maximum_relative_position,
-            pre_norm=self.pre_norm,
-        )
+        config.update(hyperparameters(self))
         return config
 
 

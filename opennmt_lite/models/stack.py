@@ -7,6 +7,7 @@ import tensorflow as tf
 from opennmt_lite.inspection.recorder import record
 from opennmt_lite.layers.common import LayerNorm, apply_dropout, make_seed_generator
 from opennmt_lite.layers.position import SinusoidalPositionEncoder, resolve_position_encoding
+from opennmt_lite.layers.transformer import hyperparameters
 
 
 class TransformerStack(keras.layers.Layer):
@@ -53,20 +54,7 @@ class TransformerStack(keras.layers.Layer):
 
     def layer_arguments(self, index):
         """The keyword arguments of layer `index` (SelfAttentionEncoderLayer/DecoderLayer)."""
-        return dict(
-            num_units=self.num_units,
-            num_heads=self.num_heads,
-            ffn_inner_dim=self.ffn_inner_dim,
-            dropout=self.dropout,
-            attention_dropout=self.attention_dropout,
-            ffn_dropout=self.ffn_dropout,
-            ffn_activation=self.ffn_activation,
-            mha_bias=self.mha_bias,
-            maximum_relative_position=self.maximum_relative_position,
-            pre_norm=self.pre_norm,
-            dtype=self.dtype_policy,
-            name=f"layer_{index}",
-        )
+        return dict(hyperparameters(self), dtype=self.dtype_policy, name=f"layer_{index}")
 
     def embed(self, inputs, training, step=None):
         """Scaled by sqrt(num_units), position-encoded (from `step` when decoding one position),
@@ -80,8 +68,6 @@ class TransformerStack(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        arguments = self.layer_arguments(0)
-        del arguments["dtype"], arguments["name"]
         config.update(num_layers=self.num_layers, position_encoding=self.position_encoding,
-                      **arguments)
+                      **hyperparameters(self))
         return config
