@@ -14,23 +14,24 @@ class DataError(UserError, ValueError):
     """Invalid training/evaluation data."""
 
 
-def read_lines(path):
-    """The lines of a UTF-8 text file, without their line ends."""
+def read_lines(path, kind="data", error=DataError):
+    """The lines of a UTF-8 text file, without their line ends. `kind` names the file in the
+    messages ("data file not found: ..."); invalid UTF-8 raises `error`, naming line and byte."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise MissingFileError(f"data file not found: {path}")
+        raise MissingFileError(f"{kind} file not found: {path}")
     if os.path.isdir(path):
-        raise NotAFileError(f"data path is a directory, not a file: {path}")
+        raise NotAFileError(f"{kind} path is a directory, not a file: {path}")
     with open(path, "rb") as stream:
         data = stream.read()
     try:
         text = data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line_start = data.rfind(b"\n", 0, error.start) + 1
-        line = data.count(b"\n", 0, error.start) + 1
-        raise DataError(
-            f"{path}, line {line}: invalid UTF-8 ({error.reason}, byte {error.start - line_start + 1}"
-            " of the line)"
+    except UnicodeDecodeError as decode_error:
+        line_start = data.rfind(b"\n", 0, decode_error.start) + 1
+        line = data.count(b"\n", 0, decode_error.start) + 1
+        raise error(
+            f"{kind} file {path}, line {line}: invalid UTF-8 ({decode_error.reason}, byte "
+            f"{decode_error.start - line_start + 1} of the line)"
         ) from None
     if not text:
         return []

@@ -15,7 +15,8 @@ import os
 
 import numpy as np
 
-from opennmt_lite.errors import MissingFileError, NotAFileError, UserError
+from opennmt_lite.data.text import read_lines
+from opennmt_lite.errors import UserError
 
 PAD_TOKEN = "<blank>"
 BOS_TOKEN = "<s>"
@@ -78,25 +79,7 @@ class Vocabulary:
     def from_file(cls, path):
         """Loads a vocabulary file (UTF-8, `\\n` or `\\r\\n` line ends)."""
         path = os.fspath(path)
-        if not os.path.exists(path):
-            raise MissingFileError(f"vocabulary file not found: {path}")
-        if os.path.isdir(path):
-            raise NotAFileError(f"vocabulary path is a directory, not a file: {path}")
-        with open(path, "rb") as stream:
-            data = stream.read()
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError as error:
-            line, column = _byte_position(data, error.start)
-            raise VocabularyError(
-                f"vocabulary {path}, line {line}: invalid UTF-8 ({error.reason} at byte {column} "
-                "of the line)"
-            ) from None
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()  # the final line end
-        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
-        return cls(lines, path=path)
+        return cls(read_lines(path, "vocabulary", VocabularyError), path=path)
 
     @property
     def tokens(self):
@@ -167,12 +150,6 @@ class Vocabulary:
 
     def __repr__(self):
         return f"Vocabulary(size={self.size}, path={self.path!r})"
-
-
-def _byte_position(data, offset):
-    """1-based (line, byte in line) of a byte offset."""
-    line_start = data.rfind(b"\n", 0, offset) + 1
-    return data.count(b"\n", 0, offset) + 1, offset - line_start + 1
 
 
 def as_vocabulary(vocabulary):
