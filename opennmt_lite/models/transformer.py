@@ -90,18 +90,10 @@ class Transformer(keras.Model):
             share_embeddings=share_embeddings,
             output_layer_bias=output_layer_bias,
         )
-        common = dict(
-            num_units=num_units,
-            num_heads=num_heads,
-            ffn_inner_dim=ffn_inner_dim,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            ffn_dropout=ffn_dropout,
-            ffn_activation=ffn_activation,
-            maximum_relative_position=maximum_relative_position,
-            pre_norm=pre_norm,
-            position_encoding=position_encoding,
-        )
+        # What the encoder and the decoder take (the rest is the model's own).
+        common = {key: value for key, value in self.hyper_parameters.items() if key not in (
+            "source_vocabulary_size", "target_vocabulary_size", "num_layers", "share_embeddings",
+            "output_layer_bias")}
         self.source_inputter = WordEmbedder(
             source_vocabulary_size, num_units, dtype=self.dtype_policy, name="source_inputter"
         )
