@@ -120,9 +120,11 @@ def apply_time_weighted_mean(result):
 
 
 def training_side(name, config, run_dir, drop_first=1, statistic="median",
-                  keep_model_dirs=False, peak_dtype="float32", onmt_python=None):
+                  keep_model_dirs=False, peak_dtype="float32", onmt_python=None,
+                  lite_entry=LITE_ENTRY):
     """A harness.Side that trains `config` (a dict; each run gets its own model_dir) from
-    scratch: OpenNMT-tf (bench/onmt_train.py) with `onmt_python`, else opennmt-lite."""
+    scratch: OpenNMT-tf (bench/onmt_train.py) with `onmt_python`, else opennmt-lite's
+    `lite_entry` (this checkout's run.py, or another checkout's: --lite-baseline)."""
     label = harness.file_label(name)
 
     def model_dir(index):
@@ -134,7 +136,7 @@ def training_side(name, config, run_dir, drop_first=1, statistic="median",
         if onmt_python:
             return [onmt_python, os.path.join(BENCH_DIR, "onmt_train.py"), "--config", path,
                     "--drop-first", str(drop_first), "--work-dir", model_dir(index) + "-work"]
-        return [sys.executable, LITE_ENTRY, "train", "--config", path]
+        return [sys.executable, lite_entry, "train", "--config", path]
 
     def finish(record, index):
         if not onmt_python:  # opennmt-lite writes its reports to metrics.jsonl
@@ -174,6 +176,10 @@ def main(argv=None):
                         help='opennmt-lite config overrides, e.g. "train.jit_compile=true"')
     parser.add_argument("--keep-model-dirs", action="store_true")
     parser.add_argument(
+        "--lite-baseline", metavar="DIR",
+        help="another opennmt-lite checkout (e.g. `git worktree add /tmp/base <commit>`): one "
+             "more side per dtype, and the baseline of the ratios with --only lite")
+    parser.add_argument(
         "--statistic", choices=("median", "mean"), default="median",
         help="per run: median of the kept reports, or their time-weighted mean (total tokens / "
              "total time; use with --steps covering whole epochs, see bench/README.md)")
@@ -203,32 +209,40 @@ def main(argv=None):
     sides = []
     options = dict(run_dir=session.run_dir, drop_first=args.drop_first,
                    statistic=args.statistic, keep_model_dirs=args.keep_model_dirs)
+    baselines = []
     for dtype in args.dtype if args.only != "onmt" else []:
         config = lite_config(common, dtype, args.lite_extra)
         configs[lite_side(dtype)] = config
         harness.dump_yaml(dict(config, model_dir=None),
                           os.path.join(config_dir, f"lite-{dtype}.yml"))
-        sides.append(training_side(lite_side(dtype), config,
-                                   peak_dtype="bfloat16" if "bfloat16" in dtype else "float32",
-                                   **options))
+        peak_dtype = "bfloat16" if "bfloat16" in dtype else "float32"
+        sides.append(training_side(lite_side(dtype), config, peak_dtype=peak_dtype, **options))
+        if args.lite_baseline:
+            name = f"{LITE}@{harness.git_commit(args.lite_baseline)[:8]} ({dtype})"
+            configs[name] = config
+            entry = os.path.join(os.path.abspath(args.lite_baseline), "run.py")
+            sides.append(training_side(name, config, peak_dtype=peak_dtype, lite_entry=entry,
+                                       **options))
+            baselines.append(name)
     if args.only != "lite":
         sides.append(training_side(ONMT, common, onmt_python=session.ensure_onmt(True),
                                    **options))
+    baseline = baselines[0] if args.only == "lite" and baselines else ONMT
 
     flops = flops_per_token(benchmark["model"], stats)
     peak = {} if args.no_mfu else harness.measure_peak_flops(("float32", "bfloat16"))
     runs, summary = harness.compare(
         sides, args.runs, ["tokens_per_sec", "steps_per_sec"], session.run_dir,
-        timeout=args.timeout, baseline=ONMT, flops_per_token=flops, peak=peak)
+        timeout=args.timeout, baseline=baseline, flops_per_token=flops, peak=peak)
     print()
-    print(render_table(summary, peak, flops, args))
+    print(render_table(summary, peak, flops, args, baseline))
     session.finish(dict(benchmark="train", arguments=vars(args), configs=configs,
                         peak_matmul_flops=peak, training_flops_per_token=flops,
                         data_stats=stats, summary=summary, runs=runs))
     return 0
 
 
-def render_table(summary, peak, flops, args):
+def render_table(summary, peak, flops, args, baseline=ONMT):
     headers = ["framework", "runs ok", "tokens/s", "steps/s", "peak RSS GB", "MFU", "per run"]
     rows = [[side, f"{s['ok']}/{s['runs']}", harness.fmt(s["tokens_per_sec"]),
              harness.fmt(s["steps_per_sec"], ".3f"), harness.gb(s["peak_rss_bytes"]),
@@ -238,7 +252,7 @@ def render_table(summary, peak, flops, args):
     for side, s in summary.items():
         if "ratio" in s:
             r = s["ratio"]
-            rows.append([f"ratio {side} / {ONMT}", "", harness.fmt(r["tokens_per_sec"], ".3f"),
+            rows.append([f"ratio {side} / {baseline}", "", harness.fmt(r["tokens_per_sec"], ".3f"),
                          harness.fmt(r["steps_per_sec"], ".3f"), harness.fmt(r["peak_rss"], ".3f"),
                          "", "paired median "
                          + harness.fmt(r["tokens_per_sec_paired_median"], ".3f")])

@@ -240,10 +240,10 @@ def gpu_info():
             for line in output.splitlines() if line.strip()]
 
 
-def git_commit():
-    """HEAD, with "+dirty" when tracked files differ from it."""
+def git_commit(directory=ROOT):
+    """HEAD of the checkout at `directory`, with "+dirty" when tracked files differ from it."""
     def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True,
+        return subprocess.run(["git", *args], cwd=directory, capture_output=True,
                               text=True).stdout.strip()
 
     try:
