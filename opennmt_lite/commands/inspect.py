@@ -1,63 +1,159 @@
-"""`run.py inspect`: runs the encoder on one sentence and prints every intermediate tensor
-(see opennmt_lite.inspection)."""
+"""`run.py inspect`: runs the encoder on one sentence or a batch and shows every intermediate
+tensor: as text (always), attention heat maps (--attention_png), and a self-contained HTML
+walk-through (--html; see opennmt_lite.inspection.html)."""
 
 import os
+import time
 
 import numpy as np
 
 from opennmt_lite.commands import add_checkpoint_argument
 from opennmt_lite.errors import ArgumentError, OutputError
 
-HELP = "show every intermediate tensor of the encoder on one sentence"
+HELP = "show every intermediate tensor of the encoder on one sentence or a batch"
 
 
 def add_arguments(parser):
     add_checkpoint_argument(parser)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--sentence", help="raw source text (tokenized as configured)")
-    source.add_argument("--ids", help="space-separated source token ids")
+    source.add_argument("--ids", help='space-separated source token ids; several sentences (a padded '
+                        'batch) separated by commas: "5 12 7, 3 25, 8 1 19"')
+    source.add_argument("--batch", help="file of source sentences, one per line (a padded batch)")
     parser.add_argument("--attention_png", help="directory for attention heat maps (PNG)")
     parser.add_argument("--values", action="store_true", help="also print tensor values")
+    parser.add_argument("--html", help="write the walk-through of every step to this HTML file")
+    parser.add_argument("--target", help="target text whose cross-attention (alignments) the HTML "
+                        "page shows, for one source sentence (default: the model's greedy translation)")
+
+
+def _tokens_of(text, option, assets):
+    tokens = assets.source_tokenizer.tokenize(text)
+    if len(tokens) == 0:
+        raise ArgumentError(f"{option}: the source is empty after tokenization")
+    return tokens, assets.source_vocabulary.lookup(tokens)
+
+
+def _ids_of(text, vocabulary):
+    sources = []
+    for number, part in enumerate(text.split(","), 1):
+        where = f"--ids, sentence {number}" if "," in text else "--ids"
+        try:
+            ids = np.array([int(x) for x in part.split()], np.int64)
+        except ValueError:
+            raise ArgumentError(f"{where} must be space-separated integers, got {part.strip()!r}") from None
+        outside = [int(i) for i in ids if not 0 <= i < vocabulary.num_ids]
+        if outside:
+            raise ArgumentError(f"{where}: {outside[0]} is outside the source vocabulary "
+                                f"(ids 0 to {vocabulary.num_ids - 1})")
+        if len(ids) == 0:
+            raise ArgumentError(f"{where}: the source is empty")
+        sources.append((vocabulary.to_tokens(ids), ids))
+    return sources
+
+
+def sources_of(args, assets, maximum_length=None):
+    """[(tokens, ids)] of --sentence, --ids or --batch; `maximum_length`: the longest allowed."""
+    from opennmt_lite.data.text import read_lines
+
+    if args.sentence is not None:
+        sources, where = [_tokens_of(args.sentence, "--sentence", assets)], ["--sentence"]
+    elif args.ids is not None:
+        sources = _ids_of(args.ids, assets.source_vocabulary)
+        where = [f"--ids, sentence {n}" if len(sources) > 1 else "--ids" for n in range(1, len(sources) + 1)]
+    else:
+        lines = read_lines(args.batch, "--batch", ArgumentError)
+        if not lines:
+            raise ArgumentError(f"--batch {args.batch}: the file is empty")
+        where = [f"--batch {args.batch}, line {n}" for n in range(1, len(lines) + 1)]
+        sources = [_tokens_of(line, name, assets) for line, name in zip(lines, where)]
+    for (tokens, _), name in zip(sources, where):
+        if maximum_length is not None and len(tokens) > maximum_length:
+            raise ArgumentError(f"{name}: {len(tokens)} tokens, more than the model is run on "
+                                f"(infer.maximum_features_length: {maximum_length})")
+    return sources
 
 
 def source_of(args, assets):
-    """(tokens, ids) of --sentence or --ids."""
-    vocabulary = assets.source_vocabulary
-    if args.sentence is not None:
-        tokens = assets.source_tokenizer.tokenize(args.sentence)
-        ids = vocabulary.lookup(tokens)
-    else:
-        try:
-            ids = np.array([int(x) for x in args.ids.split()], np.int64)
-        except ValueError:
-            raise ArgumentError(f"--ids must be space-separated integers, got {args.ids!r}") from None
-        outside = [int(i) for i in ids if not 0 <= i < vocabulary.num_ids]
-        if outside:
-            raise ArgumentError(f"--ids: {outside[0]} is outside the source vocabulary "
-                                f"(ids 0 to {vocabulary.num_ids - 1})")
-        tokens = vocabulary.to_tokens(ids)
-    if len(ids) == 0:
-        raise ArgumentError(f"{'--sentence' if args.sentence is not None else '--ids'}: the source "
-                            "is empty after tokenization")
-    return tokens, ids
+    """(tokens, ids) of the first source (kept for callers of the one-sentence command)."""
+    return sources_of(args, assets)[0]
+
+
+def check_html_path(path):
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise OutputError(f"--html {path} is a directory, not a file")
+    if not os.path.isdir(directory):
+        raise OutputError(f"--html {path}: directory {os.path.dirname(path) or directory} does not exist")
+    if not os.access(directory, os.W_OK):
+        raise OutputError(f"--html {path}: directory {directory} is not writable")
+
+
+def padded(sources):
+    """(ids [batch, time] padded with 0, lengths [batch])."""
+    lengths = np.array([len(ids) for _, ids in sources], np.int32)
+    batch = np.zeros([len(sources), lengths.max()], np.int32)
+    for row, (_, ids) in zip(batch, sources):
+        row[: len(ids)] = ids
+    return batch, lengths
 
 
 def run(args, config, out=print):
+    import keras
+
     from opennmt_lite import build
     from opennmt_lite.inspection.text import save_attention_maps, summarize, trace_encoder
 
     if args.attention_png and os.path.exists(args.attention_png) and not os.path.isdir(args.attention_png):
         raise OutputError(f"--attention_png {args.attention_png} is a file, not a directory")
+    if args.html:
+        check_html_path(args.html)
+    if args.target is not None and not args.html:
+        raise ArgumentError("--target is shown in the HTML page only: add --html FILE")
+    start = time.perf_counter()
+    keras.utils.set_random_seed(config.train.seed)  # random weights (no checkpoint) reproducible
     model, assets, path = build.inference_model(config, args.checkpoint, required=False)
-    out(f"weights: {path}" if path else "weights: randomly initialized (no checkpoint in "
-        f"{config.model_dir})")
-    tokens, ids = source_of(args, assets)
-    out(f"tokens: {' '.join(tokens)}")
-    out(f"ids:    {' '.join(str(i) for i in ids)}")
-    tensors = trace_encoder(model, [ids], [len(ids)])
+    sources = sources_of(args, assets, config.infer.maximum_features_length)
+    if args.target is not None and len(sources) > 1:
+        raise ArgumentError("--target is the translation of one source sentence: use it with "
+                            "--sentence or one --ids sequence")
+    weights = path or f"randomly initialized (no checkpoint in {config.model_dir}; seed train.seed {config.train.seed})"
+    out(f"weights: {weights}")
+    for number, (tokens, ids) in enumerate(sources):
+        prefix = f"[{number}] " if len(sources) > 1 else ""
+        out(f"{prefix}tokens: {' '.join(tokens)}")
+        out(f"{prefix}ids:    {' '.join(str(i) for i in ids)}")
+    source_ids, source_length = padded(sources)
+    tensors = trace_encoder(model, source_ids, source_length)
     for name, value in tensors.items():
         out(summarize(name, value, args.values))
     if args.attention_png:
-        for saved in save_attention_maps(tensors, tokens, args.attention_png):
+        for saved in save_attention_maps(tensors, sources[0][0], args.attention_png):
             out(f"saved {saved}")
+    if args.html:
+        size = write_html(args, config, model, assets, weights, sources, tensors)
+        out(f"saved {args.html} ({size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s)")
     return tensors
+
+
+def write_html(args, config, model, assets, weights, sources, tensors):
+    from opennmt_lite.inspection import alignment, html, steps
+
+    source_ids, source_length = padded(sources)
+    if args.target is not None:
+        tokens = assets.target_tokenizer.tokenize(args.target)
+        if len(tokens) == 0:
+            raise ArgumentError("--target: the target is empty after tokenization")
+        targets, origin = [alignment.given_target(tokens, assets.target_vocabulary)], "given"
+    else:
+        # Greedy, but not longer than twice the source and 10 tokens: enough to read alignments.
+        limit = min(config.params.maximum_decoding_length, 2 * int(source_length.max()) + 10)
+        targets = alignment.greedy_targets(model, source_ids, source_length, assets.target_vocabulary, limit)
+        origin = f"the model's greedy translation, at most {limit} tokens"
+    attention = alignment.trace_cross_attention(model, source_ids, source_length, targets)
+    walk = steps.walk(tensors, model.hyper_parameters) + steps.alignment_steps(attention)
+    about = {"title": f"Encoder walk-through: {' | '.join(' '.join(t) for t, _ in sources)}"[:200],
+             "weights": weights, "model": model.hyper_parameters, "target_origin": origin,
+             "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
+                          f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
+    return html.write_page(args.html, walk, sources, targets, about)
