@@ -111,12 +111,13 @@ def run(args, config, out=print):
     if args.target is not None and not args.html:
         raise ArgumentError("--target is shown in the HTML page only: add --html FILE")
     start = time.perf_counter()
-    keras.utils.set_random_seed(config.train.seed)  # random weights (no checkpoint) reproducible
-    model, assets, path = build.inference_model(config, args.checkpoint, required=False)
-    sources = sources_of(args, assets, config.infer.maximum_features_length)
+    # The input is checked before the model is built: a mistake there fails at once.
+    sources = sources_of(args, build.assets(config.data), config.infer.maximum_features_length)
     if args.target is not None and len(sources) > 1:
         raise ArgumentError("--target is the translation of one source sentence: use it with "
                             "--sentence or one --ids sequence")
+    keras.utils.set_random_seed(config.train.seed)  # random weights (no checkpoint) reproducible
+    model, assets, path = build.inference_model(config, args.checkpoint, required=False)
     weights = path or f"randomly initialized (no checkpoint in {config.model_dir}; seed train.seed {config.train.seed})"
     out(f"weights: {weights}")
     for number, (tokens, ids) in enumerate(sources):
