@@ -68,9 +68,29 @@ def _frozen(value):
 # The sections. Field defaults live in `key(...)`; auto_config's overrides in AUTO_CONFIG below.
 
 
+# Tokenizer `type` spellings: OpenNMT-tf's class names and this project's own -> the type used
+# everywhere else ("sentencepiece", "space", "opennmt", "character").
+TOKENIZER_TYPES = {
+    "sentencepiece": "sentencepiece", "SentencePieceTokenizer": "sentencepiece",
+    "space": "space", "SpaceTokenizer": "space",
+    "opennmt": "opennmt", "OpenNMTTokenizer": "opennmt",
+    "character": "character", "CharacterTokenizer": "character",
+}
+# OpenNMT Tokenizer options that sample (subword regularization): OpenNMT-tf applies them to
+# the training data at each epoch; here the training data is tokenized once, so they are
+# refused rather than silently ignored (0 = no sampling is accepted).
+SAMPLING_OPTIONS = ("bpe_dropout", "sp_nbest_size")
+
+
 @dataclasses.dataclass(frozen=True)
 class Tokenization:
-    type: str = key("str", "sentencepiece", choices=("sentencepiece", "space"))
+    """A `data.*_tokenization` section: inline, or a path to a YAML (or a JSON string) holding
+    it, as in OpenNMT-tf. `type` and `params` are OpenNMT-tf's (`params` of OpenNMTTokenizer
+    are passed to pyonmttok); a mapping without `type` whose keys are not ours is OpenNMT-tf's
+    shorthand for OpenNMTTokenizer params."""
+
+    type: str = key("str", "sentencepiece", choices=tuple(TOKENIZER_TYPES))
+    params: typing.Mapping = key("dict")
     model: str = key("path")
     # Used by `build-vocab` to train the SentencePiece model:
     vocabulary_size: int = key("int", 8000, minimum=1)
@@ -161,6 +181,8 @@ class TrainConfig:
     max_step: int = key("int", minimum=1)
     save_checkpoints_steps: int = key("int", 5000, minimum=1)
     keep_checkpoint_max: int = key("int", 8, minimum=1)
+    # At the end of training, the newest N checkpoints averaged into <model_dir>/avg (0: none).
+    average_last_checkpoints: int = key("int", 0, minimum=0)
     save_summary_steps: int = key("int", 100, minimum=1)
     mixed_precision: str = key("str", "false", choices=tuple(MIXED_PRECISION_POLICIES))
     jit_compile: bool = key("bool", False)
@@ -290,6 +312,7 @@ AUTO_CONFIG = {
         "maximum_features_length": 100,
         "maximum_labels_length": 100,
         "keep_checkpoint_max": 8,
+        "average_last_checkpoints": 8,
     },
     "eval": {"length_bucket_width": 5},
     "score": {"length_bucket_width": 5},
@@ -369,6 +392,10 @@ def _validate(user, schema, prefix, source):
         if isinstance(spec, dict):
             if value is None:
                 continue
+            if prefix == "data." and name in TOKENIZATION_KEYS:
+                value = user[name] = _tokenization_shorthand(value)
+                if isinstance(value, str):  # a YAML file or a JSON string: read in _finalize
+                    continue
             _validate(value, spec, f"{prefix}{name}.", source)
         else:
             user[name] = _check(value, spec, where)
@@ -489,13 +516,105 @@ def _finalize(config, source):
     data = config["data"]
     for name in PATH_KEYS:
         data[name] = _resolve_path(data.get(name), model_dir)
-    for side in ("source_tokenization", "target_tokenization"):
+    for side in TOKENIZATION_KEYS:
         if data[side] is not None:
-            data[side] = tokenization = merge(_defaults(Tokenization), data[side])
-            if tokenization["type"] == "sentencepiece" and not tokenization["model"]:
-                raise ConfigError(f"{source}: data.{side}.model must name the SentencePiece model file")
-            tokenization["model"] = _resolve_path(tokenization["model"], model_dir)
+            data[side] = _finalize_tokenization(data[side], f"data.{side}", source, model_dir)
     return config
+
+
+TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")
+
+
+def _tokenization_shorthand(value):
+    """OpenNMT-tf's shorthand: a mapping without `type` whose keys are not this section's is
+    the params of an OpenNMTTokenizer."""
+    if isinstance(value, dict) and "type" not in value and set(value) - set(SCHEMA["data"][TOKENIZATION_KEYS[0]]):
+        return {"type": "OpenNMTTokenizer", "params": value}
+    return value
+
+
+def _read_tokenization(value, where, source, model_dir):
+    """The mapping a `data.*_tokenization` string names (a YAML file, resolved like the data
+    paths, or a JSON string), validated; returns (mapping, its file or None)."""
+    import json
+
+    if value.lstrip().startswith("{"):
+        try:
+            content, path = json.loads(value), None
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{source}: {where}: neither an existing YAML file nor valid JSON "
+                              f"({error.msg})") from None
+    else:
+        path = _resolve_path(value, model_dir)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{source}: {where}: tokenizer configuration file {value} not found"
+                              + (" (it is a directory)" if os.path.isdir(path) else ""))
+        try:
+            with open(path, encoding="utf-8") as stream:
+                content = yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506 (a SafeLoader)
+        except (UnicodeDecodeError, yaml.YAMLError) as error:
+            raise ConfigError(f"{source}: {where}: {path} is not a valid YAML file "
+                              f"({str(error).splitlines()[0]})") from None
+    if not isinstance(content, dict):
+        raise ConfigError(f"{path or source}: {'' if path else where + ': '}a tokenizer "
+                          f"configuration must be a mapping, got {content!r}")
+    content = _tokenization_shorthand(content)
+    _validate(content, SCHEMA["data"][TOKENIZATION_KEYS[0]], "" if path else f"{where}.",
+              path or source)
+    return content, path
+
+
+def _finalize_tokenization(value, where, source, model_dir):
+    """The complete tokenization dict of one side, its `type` among "sentencepiece", "space",
+    "opennmt", "character" (see TOKENIZER_TYPES); every key a type does not use is refused."""
+    path = None
+    if isinstance(value, str):
+        value, path = _read_tokenization(value, where, source, model_dir)
+
+    def at(name):  # "file.yml: name" for a tokenizer file, else "config: data.x.name"
+        return f"{path}: {name}" if path else f"{source}: {where}.{name}"
+
+    given = set(value)
+    tokenization = merge(_defaults(Tokenization), value)
+    name = tokenization["type"]
+    kind = TOKENIZER_TYPES[name]
+    params = tokenization["params"]
+    if name == kind:  # this project's spellings: no params
+        if "params" in given:
+            raise ConfigError(f"{at('params')}: only for OpenNMT-tf's tokenizer types "
+                              f"({', '.join(t for t in TOKENIZER_TYPES if t.endswith('Tokenizer'))})")
+        if kind == "sentencepiece" and not tokenization["model"]:
+            raise ConfigError(f"{at('model')} must name the SentencePiece model file")
+    else:  # OpenNMT-tf's: everything under params
+        extra = sorted(given - {"type", "params"})
+        if extra:
+            raise ConfigError(f"{at(extra[0])}: not an option of {name} (its options go under params)")
+        params = dict(params or {})
+        if kind == "sentencepiece":
+            if not isinstance(params.get("model"), str):
+                raise ConfigError(f"{at('params.model')} must name the SentencePiece model file")
+            unknown = sorted(set(params) - {"model", "nbest_size", "alpha"})
+            if unknown:
+                raise ConfigError(f"{at('params.' + unknown[0])}: unknown option of "
+                                  "SentencePieceTokenizer (model, nbest_size, alpha)")
+            if params.get("nbest_size", 0) != 0:
+                raise ConfigError(f"{at('params.nbest_size')}: subword sampling is not supported "
+                                  "(the training data is tokenized once); set it to 0")
+            tokenization["model"] = params["model"]
+        elif kind == "opennmt":
+            for option in SAMPLING_OPTIONS:
+                if params.get(option, 0) not in (0, None):
+                    raise ConfigError(f"{at('params.' + option)}: subword sampling is not "
+                                      "supported (the training data is tokenized once); set it to 0")
+            for option, value in params.items():
+                if option.endswith("_path") and isinstance(value, str):
+                    params[option] = _resolve_path(value, model_dir)
+        elif params:
+            raise ConfigError(f"{at('params.' + sorted(params)[0])}: {name} takes no parameters")
+        tokenization["params"] = params
+    tokenization["type"] = kind
+    tokenization["model"] = _resolve_path(tokenization["model"], model_dir)
+    return tokenization
 
 
 def _duplicate_keys(node, prefix="", seen_nodes=None):

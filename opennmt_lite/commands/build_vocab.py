@@ -3,40 +3,40 @@ names, trained on its training files (see opennmt_lite.data.vocab_builder)."""
 
 import os
 
-from opennmt_lite.commands import non_negative_int
+from opennmt_lite.commands import non_negative_int, positive_int
 from opennmt_lite.config import ConfigError
 
-HELP = "train SentencePiece models and write OpenNMT-tf vocabularies"
+HELP = "write the vocabularies (training SentencePiece models, or counting tokens)"
 
 
 def add_arguments(parser):
     parser.add_argument("--size", type=non_negative_int, default=0,
-                        help="pre-tokenized data only: vocabulary lines (0 = every token)")
+                        help="word vocabularies (no SentencePiece training): at most this many "
+                        "lines, special tokens included (0 = every token), as onmt-build-vocab")
+    parser.add_argument("--min_frequency", type=positive_int, default=1,
+                        help="word vocabularies: keep tokens seen at least this many times")
+    parser.add_argument("--size_multiple", type=positive_int, default=1,
+                        help="word vocabularies: pad with filler tokens until lines + 1 (<unk>) "
+                        "is a multiple of this")
 
 
 def run(args, config):
     from opennmt_lite.data.tokenizers import train_sentencepiece
-    from opennmt_lite.data.vocab_builder import build_vocab, build_word_vocab
-    from opennmt_lite.files import Staging
+    from opennmt_lite.data.vocab_builder import build_vocab
 
     data, seed = config.data, config.train.seed
     for name in ("train_features_file", "train_labels_file", "source_vocabulary", "target_vocabulary"):
         if not getattr(data, name):
             raise ConfigError(f"data.{name} must be set to build the vocabularies")
     source, target = data.source_tokenization, data.target_tokenization
-    if source is None and target is None:
-        sides = [(data.train_features_file, data.source_vocabulary),
-                 (data.train_labels_file, data.target_vocabulary)]
-        if data.source_vocabulary == data.target_vocabulary:  # one shared vocabulary: both sides
-            sides = [([data.train_features_file, data.train_labels_file], data.source_vocabulary)]
-        with Staging() as staging:  # the vocabularies replaced together, at the end
-            for files, path in sides:
-                build_word_vocab(files, path, size=args.size, staging=staging)
+    trains = [t is not None and t.type == "sentencepiece" for t in (source, target)]
+    if not any(trains):  # word vocabularies: tokens counted as onmt-build-vocab counts them
+        _build_word_vocabularies(args, data)
         return
-    if source is None or target is None or source.type != "sentencepiece" or target.type != "sentencepiece":
-        raise ConfigError("build-vocab trains SentencePiece models for both sides, or none "
-                          "(pre-tokenized data): set both data.source_tokenization and "
-                          "data.target_tokenization, or neither")
+    if not all(trains):
+        raise ConfigError("build-vocab trains SentencePiece models for both sides, or none: give "
+                          "data.source_tokenization and data.target_tokenization both the type "
+                          "sentencepiece, or neither")
     if source.model == target.model:  # one joint model (e.g. for share_embeddings: all)
         if data.source_vocabulary != data.target_vocabulary:
             raise ConfigError("a joint SentencePiece model needs one vocabulary file: set "
@@ -61,3 +61,30 @@ def run(args, config):
         model_type=source.model_type, character_coverage=source.character_coverage,
         seed=seed,
     )
+
+
+def _build_word_vocabularies(args, data):
+    """One vocabulary per side (or one for both when the two paths are the same) from the
+    training files tokenized by each side's tokenizer, as `onmt-build-vocab --tokenizer_config
+    ... --size N --min_frequency M --size_multiple K` writes them."""
+    import collections
+
+    from opennmt_lite import build
+    from opennmt_lite.data.vocab_builder import build_word_vocab, count_tokens
+    from opennmt_lite.files import Staging
+
+    sides = []
+    for side, files, path in (("source", data.train_features_file, data.source_vocabulary),
+                              ("target", data.train_labels_file, data.target_vocabulary)):
+        name = f"data.{side}_tokenization"
+        tokenizer = build.tokenizer(getattr(data, f"{side}_tokenization"), name)
+        sides.append((files, path, count_tokens(files, tokenizer=tokenizer)))
+    if data.source_vocabulary == data.target_vocabulary:  # one shared vocabulary: both sides
+        counts = collections.Counter()
+        for _, _, side_counts in sides:
+            counts.update(side_counts)  # (first-seen order kept: source tokens first)
+        sides = [([data.train_features_file, data.train_labels_file], data.source_vocabulary, counts)]
+    with Staging() as staging:  # the vocabularies replaced together, at the end
+        for files, path, counts in sides:
+            build_word_vocab(files, path, size=args.size, min_frequency=args.min_frequency,
+                             size_multiple=args.size_multiple, staging=staging, counts=counts)

@@ -1,11 +1,16 @@
 """Tokenizers (text <-> tokens) and SentencePiece training.
 
-Two tokenizers, as in OpenNMT-tf's default setups:
+OpenNMT-tf's tokenizers (its `type` names in brackets):
 
-* `SpaceTokenizer`: the text is already tokenized; tokens are separated by ASCII whitespace
-  (space, tab, `\\n`, `\\r`, `\\v`, `\\f`), exactly what `tf.strings.split` (OpenNMT-tf's
-  SpaceTokenizer) does. Other Unicode spaces (e.g. U+00A0) stay inside tokens.
-* `SentencePieceTokenizer`: raw text is encoded to SentencePiece pieces (no sampling).
+* `SpaceTokenizer` (SpaceTokenizer, our `space`): the text is already tokenized; tokens are
+  separated by ASCII whitespace (space, tab, `\\n`, `\\r`, `\\v`, `\\f`), exactly what
+  `tf.strings.split` (OpenNMT-tf's SpaceTokenizer) does. Other Unicode spaces (e.g. U+00A0)
+  stay inside tokens.
+* `SentencePieceTokenizer` (SentencePieceTokenizer, our `sentencepiece`): raw text is encoded
+  to SentencePiece pieces (no sampling).
+* `OpenNMTTokenizer` (OpenNMTTokenizer): the OpenNMT Tokenizer (`pyonmttok`), every option
+  passed through, tokenizing without sampling (`training=False`).
+* `CharacterTokenizer` (CharacterTokenizer): one token per Unicode character, spaces as `▁`.
 """
 
 import logging
@@ -86,26 +91,123 @@ class SentencePieceTokenizer:
         return f"SentencePieceTokenizer({self.model_path!r})"
 
 
-def make_tokenizer(config=None):
+class CharacterTokenizer:
+    """One token per Unicode character; a space becomes the token `▁` (OpenNMT-tf's
+    CharacterTokenizer: `list(text.replace(" ", "▁"))`, joined back with `▁` -> space)."""
+
+    def tokenize(self, text):
+        return list(text.replace(" ", "\u2581"))
+
+    def tokenize_batch(self, lines):
+        return [list(line.replace(" ", "\u2581")) for line in lines]
+
+    def detokenize(self, tokens):
+        return "".join(tokens).replace("\u2581", " ")
+
+    def __repr__(self):
+        return "CharacterTokenizer()"
+
+
+# pyonmttok's constructor reports an unknown or mistyped option as a TypeError listing its whole
+# signature: the `name: type = default` entries are read from that message.
+_SIGNATURE_ENTRY = re.compile(r"(\w+): ([\w.| \[\]]+?)(?: = [^,)]*)?(?=, |\))")
+
+
+class OpenNMTTokenizer:
+    """The OpenNMT Tokenizer (`pyonmttok.Tokenizer(**options)`), as OpenNMT-tf's
+    OpenNMTTokenizer: `mode` defaults to "conservative", `case_feature` is refused. Tokenizes
+    with `training=False` (no subword sampling: the training data is tokenized once).
+
+    `name` is the config key named in errors (e.g. "data.source_tokenization.params"): an
+    unknown option, a value of the wrong type, or pyonmttok's own refusal (an invalid mode, a
+    missing model file) raises TokenizerError naming it."""
+
+    def __init__(self, options=None, name="OpenNMTTokenizer params"):
+        import pyonmttok
+
+        options = dict(options or {})
+        if options.get("case_feature"):
+            raise TokenizerError(f"{name}.case_feature: not supported (as in OpenNMT-tf: token "
+                                 "features are not model inputs)")
+        options.setdefault("mode", "conservative")
+        self.options = options
+        self.name = name
+        try:
+            self.tokenizer = pyonmttok.Tokenizer(**options)
+        except TypeError as error:
+            raise TokenizerError(self._explain(str(error))) from None
+        except (ValueError, RuntimeError) as error:
+            raise TokenizerError(f"{name}: {str(error).splitlines()[0]}") from None
+
+    def _explain(self, message):
+        """One line from pyonmttok's TypeError: the unknown option (with a close match) or the
+        option whose value has the wrong type."""
+        import difflib
+
+        signature = message.split("\n")[1] if "\n" in message else message
+        expected = dict(_SIGNATURE_ENTRY.findall(signature))
+        unknown = [key for key in self.options if key not in expected]
+        if unknown and expected:
+            close = difflib.get_close_matches(unknown[0], list(expected), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            return (f"{self.name}.{unknown[0]}: unknown OpenNMT Tokenizer option{hint}; see "
+                    "https://github.com/OpenNMT/Tokenizer/blob/master/docs/options.md")
+        for key, value in self.options.items():
+            kind = expected.get(key, "")
+            simple = {"bool": bool, "str": str}.get(kind.split(" |")[0])
+            if simple is not None and not isinstance(value, simple):
+                return f"{self.name}.{key}: expected {kind}, got {value!r}"
+            if "Supports" in kind and (isinstance(value, (bool, str)) or value is None):
+                return f"{self.name}.{key}: expected a number, got {value!r}"
+        return f"{self.name}: pyonmttok refused {self.options}: {message.splitlines()[0]}"
+
+    def tokenize(self, text):
+        return self.tokenizer.tokenize(text, training=False)[0]
+
+    def tokenize_batch(self, lines):
+        lines = list(lines)
+        if not lines:
+            return []
+        return self.tokenizer.tokenize_batch(lines, training=False)[0]
+
+    def detokenize(self, tokens):
+        return self.tokenizer.detokenize(list(tokens))
+
+    def __repr__(self):
+        return f"OpenNMTTokenizer({self.options!r})"
+
+
+TOKENIZER_CLASSES = (SpaceTokenizer, SentencePieceTokenizer, OpenNMTTokenizer, CharacterTokenizer)
+
+
+def make_tokenizer(config=None, name="tokenizer"):
     """A tokenizer from a configuration.
 
     None (or `{"type": "space"}`) -> SpaceTokenizer; `{"type": "sentencepiece", "model": path}`
-    -> SentencePieceTokenizer. A tokenizer object is returned as is. The training options of a
-    SentencePiece configuration (vocabulary_size, model_type, character_coverage) are accepted
-    and unused here.
+    -> SentencePieceTokenizer; `{"type": "opennmt", "params": {...}}` -> OpenNMTTokenizer;
+    `{"type": "character"}` -> CharacterTokenizer (OpenNMT-tf's type names are accepted too).
+    A tokenizer object is returned as is. The training options of a SentencePiece
+    configuration (vocabulary_size, model_type, character_coverage) are accepted and unused
+    here. `name` (the config key) is named in the OpenNMT Tokenizer's errors.
     """
     if config is None:
         return SpaceTokenizer()
-    if isinstance(config, (SpaceTokenizer, SentencePieceTokenizer)):
+    if isinstance(config, TOKENIZER_CLASSES):
         return config
     if not isinstance(config, dict):
         raise TokenizerError(f"tokenizer configuration must be a mapping or None, got {config!r}")
     kind = str(config.get("type", "")).lower()
-    if kind in ("space", "spacetokenizer"):
+    if kind in ("space", "spacetokenizer", "character", "charactertokenizer"):
         unknown = set(config) - {"type"}
         if unknown:
-            raise TokenizerError(f"unknown option(s) {sorted(unknown)} for the space tokenizer")
-        return SpaceTokenizer()
+            raise TokenizerError(f"unknown option(s) {sorted(unknown)} for the {kind} tokenizer")
+        return SpaceTokenizer() if kind.startswith("space") else CharacterTokenizer()
+    if kind in ("opennmt", "opennmttokenizer"):
+        unknown = set(config) - {"type", "params"}
+        if unknown:
+            raise TokenizerError(f"unknown option(s) {sorted(unknown)} for the OpenNMT tokenizer "
+                                 "(its options go under 'params')")
+        return OpenNMTTokenizer(config.get("params"), name=f"{name}.params")
     if kind in ("sentencepiece", "sentencepiecetokenizer"):
         unknown = set(config) - {"type", "model", "num_threads", "vocabulary_size", "model_type",
                                  "character_coverage"}
@@ -115,7 +217,8 @@ def make_tokenizer(config=None):
             raise TokenizerError("sentencepiece tokenizer: the 'model' option (model file) is required")
         return SentencePieceTokenizer(config["model"], num_threads=config.get("num_threads"))
     raise TokenizerError(
-        f"unknown tokenizer type {config.get('type')!r} (expected 'sentencepiece' or 'space')"
+        f"unknown tokenizer type {config.get('type')!r} (expected 'sentencepiece', 'space', "
+        "'opennmt' or 'character')"
     )
 
 

@@ -117,12 +117,15 @@ def word_vocabulary_tokens(counts, size=0, min_frequency=1, size_multiple=1):
 
 
 def build_word_vocab(files, path, size=0, min_frequency=1, size_multiple=1, tokenizer=None,
-                     staging=None):
-    """Writes the vocabulary of pre-tokenized `files` (split on ASCII whitespace, like the data
-    pipeline; `onmt-build-vocab` splits with Python's str.split, which also splits on other
-    Unicode spaces) to `path`, replaced whole; with `staging` (an `opennmt_lite.files.Staging`)
-    under a temporary name the caller commits. Returns the Vocabulary."""
-    counts = count_tokens(files, tokenizer=tokenizer)
+                     staging=None, counts=None):
+    """Writes the vocabulary of `files` tokenized by `tokenizer` (default: pre-tokenized text
+    split on ASCII whitespace, like the data pipeline; `onmt-build-vocab` splits with Python's
+    str.split, which also splits on other Unicode spaces) to `path`, replaced whole; with
+    `staging` (an `opennmt_lite.files.Staging`) under a temporary name the caller commits.
+    `counts` (from count_tokens) replaces the counting of `files` (then only named in the log).
+    Returns the Vocabulary."""
+    if counts is None:
+        counts = count_tokens(files, tokenizer=tokenizer)
     vocabulary = Vocabulary(
         word_vocabulary_tokens(counts, size=size, min_frequency=min_frequency,
                                size_multiple=size_multiple),
