@@ -38,13 +38,18 @@ def set_precision(policy):
     return policy
 
 
-def tokenizer(tokenization):
-    """The tokenizer of a `Tokenization` section (None: pre-tokenized, split on spaces)."""
+def tokenizer(tokenization, name="tokenizer"):
+    """The tokenizer of a `Tokenization` section (None: pre-tokenized, split on spaces); `name`
+    is its config key, named in the OpenNMT Tokenizer's errors."""
     if tokenization is None:
         return make_tokenizer(None)
     if tokenization.type == "sentencepiece":
         return make_tokenizer({"type": "sentencepiece", "model": tokenization.model})
-    return make_tokenizer({"type": "space"})
+    if tokenization.type == "opennmt":
+        params = {key: list(value) if isinstance(value, tuple) else value
+                  for key, value in tokenization.params.items()}  # (frozen lists are tuples)
+        return make_tokenizer({"type": "opennmt", "params": params}, name=name)
+    return make_tokenizer({"type": tokenization.type})
 
 
 def assets(data):
@@ -70,8 +75,8 @@ def assets(data):
     return Assets(
         Vocabulary.from_file(data.source_vocabulary),
         Vocabulary.from_file(data.target_vocabulary),
-        tokenizer(data.source_tokenization),
-        tokenizer(data.target_tokenization),
+        tokenizer(data.source_tokenization, "data.source_tokenization"),
+        tokenizer(data.target_tokenization, "data.target_tokenization"),
     )
 
 
@@ -177,6 +182,17 @@ def evaluation_input(data, eval_config, assets):
         source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
         batch_size=eval_config.batch_size, batch_type=eval_config.batch_type,
         length_bucket_width=eval_config.length_bucket_width,
+    )
+
+
+def scoring_input(features_file, labels_file, score_config, assets):
+    """The pairs `run.py score` scores (every pair, no length filter, as OpenNMT-tf)."""
+    return EvaluationInput(
+        features_file, labels_file,
+        source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
+        source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
+        batch_size=score_config.batch_size, batch_type=score_config.batch_type,
+        length_bucket_width=score_config.length_bucket_width,
     )
 
 

@@ -244,7 +244,8 @@ def restore_weights(model, model_dir, checkpoint=None):
 def restore_for_training(checkpoint, model_dir):
     """Restores a training run: the newest readable opennmt-lite checkpoint of
     `checkpoint.restore_dir` (model, optimizer, data position), else the newest readable
-    OpenNMT-tf checkpoint of `model_dir` (weights, Adam moments and step imported). Returns the
+    checkpoint directly in `model_dir`: an OpenNMT-tf one (weights, Adam moments and step
+    imported) or an opennmt-lite one (an average or a vocabulary update). Returns the
     prefix restored or imported, or None (nothing to restore: training starts from scratch)."""
     from opennmt_lite.onmt import checkpoint_import  # (it builds on this module)
 
@@ -253,8 +254,15 @@ def restore_for_training(checkpoint, model_dir):
         logger.info("restored %s (step %d)", prefix, int(checkpoint.optimizer.iterations.numpy()))
         return prefix
     prefix, _ = newest_intact(model_dir)
-    if prefix is None or not is_onmt(prefix):
+    if prefix is None:
         return None
+    if not is_onmt(prefix):
+        # an opennmt-lite checkpoint directly in model_dir: written by average_checkpoints or
+        # update_vocab; restored whole, and training goes on saving to checkpoints/
+        checkpoint.restore(prefix)
+        logger.info("restored %s (step %d); checkpoints go to %s", prefix,
+                    int(checkpoint.optimizer.iterations.numpy()), checkpoint.save_dir)
+        return prefix
     checkpoint_import.assign_model(prefix, checkpoint.model)
     step = checkpoint_import.assign_optimizer_state(prefix, checkpoint.model, checkpoint.optimizer)
     logger.info("imported OpenNMT-tf checkpoint %s (step %d); opennmt-lite checkpoints go to %s",
@@ -379,3 +387,66 @@ def _write_state_file(directory, prefix, kept):
     with open(temporary, "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     os.replace(temporary, os.path.join(directory, "checkpoint"))
+
+
+# -- averaging -------------------------------------------------------------------------------
+
+def step_of(prefix):
+    """The step in a checkpoint prefix's name (`.../ckpt-1200` -> 1200)."""
+    match = re.search(r"-(\d+)$", prefix)
+    if match is None:
+        raise CheckpointError(f"checkpoint {prefix}: no step in its name (expected ckpt-<step>)")
+    return int(match.group(1))
+
+
+def to_average(model_dir, max_count):
+    """The checkpoints `average_checkpoints` averages, oldest first: the newest `max_count`
+    readable ones of model_dir (opennmt-lite's in `checkpoints/`, else OpenNMT-tf's directly
+    in model_dir; damaged ones skipped with a warning). Fewer than 2 is an error."""
+    found, directory = [], None
+    for directory in (checkpoint_directory(model_dir), model_dir):
+        found = candidates(directory)
+        if found:
+            break
+    readable = []
+    for prefix in found:
+        reason = damage(prefix)
+        if reason is None:
+            readable.append(prefix)
+        else:
+            logger.warning("skipping damaged checkpoint %s: %s", prefix, reason)
+    chosen = readable[:max_count][::-1]
+    if len(chosen) < 2:
+        where = directory if found else f"{checkpoint_directory(model_dir)} nor {model_dir}"
+        raise CheckpointError(
+            f"averaging needs at least 2 checkpoints: found {len(chosen)} readable in {where}"
+            + (f" (--max_count {max_count})" if max_count < 2 else ""))
+    formats = {is_onmt(prefix) for prefix in chosen}
+    if len(formats) > 1:
+        raise CheckpointError(f"cannot average OpenNMT-tf and opennmt-lite checkpoints together: "
+                              f"{', '.join(chosen)}")
+    return chosen
+
+
+def average_values(prefixes, names):
+    """{name: float32 average over `prefixes`} for each of `names`, computed as OpenNMT-tf does
+    (zeros, then `+= value / count` checkpoint after checkpoint, oldest first, in float32), so the
+    result is the same to the last bit. Every checkpoint must hold every name with the shape of
+    the newest, else CheckpointError naming both checkpoints and the variable."""
+    reference = contents(prefixes[-1])
+    for prefix in prefixes[:-1]:
+        stored = contents(prefix)
+        for name in names:
+            if stored.get(name) != reference.get(name):
+                have = "missing" if name not in stored else f"of shape {stored[name]}"
+                raise CheckpointError(
+                    f"cannot average {prefix} with {prefixes[-1]}: {name} is {have} in the first "
+                    f"and of shape {reference.get(name)} in the second (checkpoints of different "
+                    "models)")
+    count = len(prefixes)
+    sums = {name: np.zeros(reference[name], dtype=np.float32) for name in names}
+    for prefix in prefixes:
+        logger.info("averaging: reading %s", prefix)
+        for name, value in read(prefix, names).items():
+            sums[name] += np.asarray(value, dtype=np.float32) / np.float32(count)
+    return sums

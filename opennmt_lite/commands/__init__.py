@@ -10,6 +10,9 @@ COMMANDS = {
     "infer": "infer",
     "export": "export",
     "evaluate": "evaluate",
+    "score": "score",
+    "average_checkpoints": "average_checkpoints",
+    "update_vocab": "update_vocab",
     "inspect": "inspect",
 }
 

@@ -56,3 +56,26 @@ def run(args, config):
             f"{summary.get('checkpoint')}"))
     logger.info("training finished at step %d (%s); latest checkpoint: %s",
                 summary["step"], summary["stopped"], summary.get("checkpoint"))
+    if config.train.average_last_checkpoints and is_chief_task():
+        average_at_end(config)
+
+
+def average_at_end(config):
+    """train.average_last_checkpoints: the newest N checkpoints averaged into <model_dir>/avg,
+    as OpenNMT-tf does at the end of training (skipped, with a warning, when fewer than 2)."""
+    from opennmt_lite import checkpoints
+    from opennmt_lite.training.averaging import average_checkpoints
+
+    count = config.train.average_last_checkpoints
+    available = [p for p in checkpoints.candidates(checkpoints.checkpoint_directory(config.model_dir))
+                 if checkpoints.damage(p, read_data=False) is None]
+    if len(available) < 2 or count < 2:
+        logger.warning("train.average_last_checkpoints: %d: not averaging, %d checkpoint(s) in %s "
+                       "(at least 2 needed)", count, min(len(available), count),
+                       checkpoints.checkpoint_directory(config.model_dir))
+        return None
+    output_dir = os.path.join(config.model_dir, "avg")
+    path = average_checkpoints(config, output_dir, count, option="<model_dir>/avg")
+    logger.info("train.average_last_checkpoints: the average of the last %d checkpoints is %s "
+                "(use it with --checkpoint %s)", min(count, len(available)), path, output_dir)
+    return path

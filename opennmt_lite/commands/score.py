@@ -1,0 +1,50 @@
+"""`run.py score`: the negative log-likelihood of existing translations, line by line (see
+opennmt_lite.inference.score), as OpenNMT-tf's `onmt-main score`."""
+
+import contextlib
+import logging
+import sys
+
+from opennmt_lite.commands import add_checkpoint_argument, check_output_file
+from opennmt_lite.data import DataError
+
+HELP = "score existing translations (OpenNMT-tf's score: 'NLL ||| tokens' per line)"
+logger = logging.getLogger("opennmt_lite")
+
+
+def add_arguments(parser):
+    add_checkpoint_argument(parser)
+    parser.add_argument("--features_file", required=True, help="source lines")
+    parser.add_argument("--predictions_file", required=True,
+                        help="target lines to score, one per source line (n-best lists: give "
+                        "each source line once per hypothesis)")
+    parser.add_argument("--output_file", help="default: standard output")
+
+
+def run(args, config):
+    from opennmt_lite import build
+    from opennmt_lite.data import read_lines
+    from opennmt_lite.files import atomic_write
+    from opennmt_lite.inference.score import format_lines, score_pairs
+
+    if args.output_file:
+        check_output_file(args.output_file, "--output_file")
+    sources = read_lines(args.features_file, kind="--features_file")
+    targets = read_lines(args.predictions_file, kind="--predictions_file")
+    if len(sources) != len(targets):
+        raise DataError(f"--features_file {args.features_file} has {len(sources)} lines but "
+                        f"--predictions_file {args.predictions_file} has {len(targets)}: they "
+                        "must align line by line")
+    model, assets, prefix = build.inference_model(config, args.checkpoint)
+    data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets)
+    scores = score_pairs(model, data)
+    tokens = assets.target_tokenizer.tokenize_batch(targets)
+    with contextlib.ExitStack() as stack:
+        # (replaced whole at the end: an interrupted run leaves the previous file, not a part)
+        out = (stack.enter_context(atomic_write(args.output_file, encoding="utf-8"))
+               if args.output_file else sys.stdout)
+        for line in format_lines(scores, tokens):
+            out.write(line + "\n")
+    if args.output_file:
+        logger.info("wrote %d scores (checkpoint %s) to %s", len(scores), prefix, args.output_file)
+    return scores

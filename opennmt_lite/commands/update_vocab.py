@@ -1,0 +1,23 @@
+"""`run.py update_vocab`: the newest checkpoint of model_dir moved to new vocabularies, as
+OpenNMT-tf's `onmt-main update_vocab` (see opennmt_lite.training.vocab_update)."""
+
+from opennmt_lite.errors import ArgumentError
+
+HELP = "change the vocabularies of a trained model (kept tokens keep their rows)"
+
+
+def add_arguments(parser):
+    parser.add_argument("--src_vocab", help="the new source vocabulary (default: unchanged)")
+    parser.add_argument("--tgt_vocab", help="the new target vocabulary (default: unchanged)")
+    parser.add_argument("--output_dir", required=True,
+                        help="where to write the updated checkpoint")
+
+
+def run(args, config):
+    from opennmt_lite.training.vocab_update import update_vocab
+
+    if not args.src_vocab and not args.tgt_vocab:
+        raise ArgumentError("update_vocab: give --src_vocab, --tgt_vocab or both")
+    path = update_vocab(config, args.output_dir, args.src_vocab, args.tgt_vocab)
+    print(path)
+    return path
