@@ -156,10 +156,15 @@
     var batch = tensor.batchOf(panel);
     var size = Math.max(2, Math.min(14, Math.floor(480 / Math.max(tensor.cols, tensor.rows))));
     var rowLabels = tensor.rows <= 80, colLabels = tensor.cols <= 80;
-    var left = rowLabels ? 70 : 4, top = colLabels ? 60 : 4;
+    function width(axis, count) {  // pixels for the longest of `count` labels (10 characters at most)
+      var longest = 0;
+      for (var i = 0; i < count; i++) longest = Math.max(longest, Math.min(10, label(axis, i, batch).length));
+      return 6 * longest + 8;
+    }
+    var left = rowLabels ? width(rowAxis, tensor.rows) : 4, top = colLabels ? width(colAxis, tensor.cols) : 4;
     var node = el("canvas", {width: left + tensor.cols * size + 4, height: top + tensor.rows * size + 4});
     var g = node.getContext("2d");
-    g.font = Math.min(11, size + 2) + "px sans-serif";
+    g.font = Math.max(8, Math.min(11, size + 2)) + "px sans-serif";
     g.fillStyle = "#222";
     if (rowLabels) {
       g.textAlign = "right"; g.textBaseline = "middle";
@@ -194,7 +199,10 @@
     var lead = tensor.leadIndex(panel), caption = [];
     for (var k = 0; k < lead.length; k++) {
       var text = label(tensor.leadAxes[k], lead[k]);
-      if (tensor.leadAxes[k] === "batch") text += ": " + DATA.sources[lead[k]].tokens.join(" ");
+      if (tensor.leadAxes[k] === "batch") {
+        var sentence = DATA.sources[lead[k]].tokens.join(" ");
+        text += ": " + (sentence.length > 40 ? sentence.slice(0, 40) + "…" : sentence);
+      }
       caption.push(text);
     }
     var small = tensor.t.values && tensor.rows <= TABLE_LIMIT && tensor.cols <= TABLE_LIMIT;
