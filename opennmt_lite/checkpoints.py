@@ -428,21 +428,30 @@ def to_average(model_dir, max_count):
     return chosen
 
 
+def check_same_variables(prefixes):
+    """CheckpointError naming the first variable (under `model/`) that the checkpoints do not
+    all hold with the same shape as the newest (`prefixes[-1]`)."""
+    reference = {n: s for n, s in contents(prefixes[-1]).items()
+                 if n.startswith("model/") and "/.OPTIMIZER_SLOT/" not in n}
+    for prefix in prefixes[:-1]:
+        stored = {n: s for n, s in contents(prefix).items()
+                  if n.startswith("model/") and "/.OPTIMIZER_SLOT/" not in n}
+        for name in sorted(set(reference) | set(stored)):
+            if stored.get(name) != reference.get(name):
+                have = "missing" if name not in stored else f"of shape {stored[name]}"
+                other = "missing" if name not in reference else f"of shape {reference[name]}"
+                raise CheckpointError(
+                    f"cannot average {prefix} with {prefixes[-1]}: {name} is {have} in the first "
+                    f"and {other} in the second (checkpoints of different models)")
+
+
 def average_values(prefixes, names):
     """{name: float32 average over `prefixes`} for each of `names`, computed as OpenNMT-tf does
     (zeros, then `+= value / count` checkpoint after checkpoint, oldest first, in float32), so the
-    result is the same to the last bit. Every checkpoint must hold every name with the shape of
-    the newest, else CheckpointError naming both checkpoints and the variable."""
+    result is the same to the last bit. The checkpoints must hold the same variables
+    (check_same_variables)."""
+    check_same_variables(prefixes)
     reference = contents(prefixes[-1])
-    for prefix in prefixes[:-1]:
-        stored = contents(prefix)
-        for name in names:
-            if stored.get(name) != reference.get(name):
-                have = "missing" if name not in stored else f"of shape {stored[name]}"
-                raise CheckpointError(
-                    f"cannot average {prefix} with {prefixes[-1]}: {name} is {have} in the first "
-                    f"and of shape {reference.get(name)} in the second (checkpoints of different "
-                    "models)")
     count = len(prefixes)
     sums = {name: np.zeros(reference[name], dtype=np.float32) for name in names}
     for prefix in prefixes:

@@ -378,6 +378,49 @@ def _check(value, leaf, where):
     return value
 
 
+# OpenNMT-tf 2.32 keys opennmt-lite does not support: refused with the reason (an unknown key
+# gets "unknown key", with a close match); listed in the README.
+UNSUPPORTED_ONMT_KEYS = {
+    "data.train_alignments": "guided alignment is not implemented",
+    "data.train_files_weights": "weighted multiple training files are not implemented",
+    "data.source_embedding": "pretrained embeddings are not implemented",
+    "data.target_embedding": "pretrained embeddings are not implemented",
+    "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
+    "data.source_sequence_controls": "sequence controls are not implemented",
+    "data.target_sequence_controls": "sequence controls are not implemented",
+    "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
+    "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
+    "params.regularization": "weight regularization is not implemented",
+    "params.coverage_penalty": "only length_penalty is implemented",
+    "params.sampling_topk": "random sampling is not implemented (greedy and beam search only)",
+    "params.sampling_temperature": "random sampling is not implemented",
+    "params.replace_unknown_target": "unknown-target replacement is not implemented",
+    "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
+    "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
+    "params.decoding_noise": "decoding noise is not implemented",
+    "params.guided_alignment_type": "guided alignment is not implemented",
+    "params.guided_alignment_weight": "guided alignment is not implemented",
+    "params.contrastive_learning": "contrastive learning is not implemented",
+    "params.max_margin_eta": "contrastive learning is not implemented",
+    "params.tflite_output_size": "TensorFlow Lite export is not implemented",
+    "train.moving_average_decay": "weight moving averages are not implemented",
+    "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
+    "train.prefetch_buffer_size": "the input pipeline prefetches automatically",
+    "train.num_threads": "tokenization runs in batches (no per-example threads)",
+    "train.batch_autotune_mode": "batch size autotuning is not implemented",
+    "eval.external_evaluators": "write eval.scorers (bleu, chrf)",
+    "eval.export_on_best": "exporting during training is not implemented (run.py export)",
+    "eval.export_format": "exporting during training is not implemented (run.py export)",
+    "eval.max_exports_to_keep": "exporting during training is not implemented",
+    "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
+    "infer.with_alignments": "alignment output is not implemented",
+    "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
+    "score.with_token_level": "token-level scores are not implemented",
+    "score.with_alignments": "alignment output is not implemented",
+    "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
+}
+
+
 def _validate(user, schema, prefix, source):
     """Checks `user` against `schema`: unknown keys and wrong types raise ConfigError."""
     if not isinstance(user, dict):
@@ -385,6 +428,9 @@ def _validate(user, schema, prefix, source):
     for name, value in user.items():
         where = f"{source}: {prefix}{name}"
         if name not in schema:
+            if f"{prefix}{name}" in UNSUPPORTED_ONMT_KEYS:
+                raise ConfigError(f"{where}: an OpenNMT-tf key that opennmt-lite does not support "
+                                  f"({UNSUPPORTED_ONMT_KEYS[prefix + name]})")
             close = difflib.get_close_matches(str(name), list(schema), n=1)
             hint = f" (did you mean {prefix}{close[0]}?)" if close else ""
             raise ConfigError(f"{where}: unknown key{hint}")

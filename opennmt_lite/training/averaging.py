@@ -72,6 +72,7 @@ def average_checkpoints(config, output_dir, max_count=8, option="--output_dir"):
     returns the prefix written."""
     check_output_dir(output_dir, config.model_dir, option)
     prefixes = checkpoints.to_average(config.model_dir, max_count)
+    checkpoints.check_same_variables(prefixes)  # (before the model is fitted to the newest)
     checkpoint, mapping = restored_checkpoint(config, prefixes[-1], output_dir)
     averages = checkpoints.average_values(prefixes, sorted(mapping))
     for name, variable in mapping.items():
