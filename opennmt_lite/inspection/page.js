@@ -198,8 +198,9 @@
   function figure(tensor, panel, className) {
     var lead = tensor.leadIndex(panel), caption = [];
     for (var k = 0; k < lead.length; k++) {
-      var text = label(tensor.leadAxes[k], lead[k]);
-      if (tensor.leadAxes[k] === "batch") {
+      var axis = tensor.leadAxes[k], text = label(axis, lead[k]);
+      if (axis !== "batch" && axis !== "head") text = axis + " " + text;
+      if (axis === "batch") {
         var sentence = DATA.sources[lead[k]].tokens.join(" ");
         text += ": " + (sentence.length > 40 ? sentence.slice(0, 40) + "…" : sentence);
       }
@@ -219,7 +220,9 @@
                     el("code", {"class": "equation", text: step.equation})];
     if (t) {
       parts.push("shape [" + t.shape.join(", ") + "]", t.dtype);
-      if (t.stats) parts.push("min " + fmt(t.stats.min), "max " + fmt(t.stats.max), "mean " + fmt(t.stats.mean), "std " + fmt(t.stats.std));
+      if (t.stats) ["min", "max", "mean", "std"].forEach(function (key) {
+        parts.push(key + " " + Number(t.stats[key].toPrecision(4)));  // float32.min too, as a number
+      });
       parts.push("axes: " + t.display.map(function (a) { return t.axes[a]; }).join(" × "));
       children.push(el("div", {"class": "meta", text: parts.join(" · ")}));
       if (t.preview) {
