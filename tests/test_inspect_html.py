@@ -107,7 +107,8 @@ def worked(tmp_path_factory):
     checkpoint = Checkpoint(model, save_dir=str(directory / "checkpoint")).save(1)
     page = directory / "worked.html"
     assert run.main(["inspect", "--config", str(config_path), "--checkpoint", checkpoint,
-                     "--ids", WORKED_ARGUMENT, "--html", str(page)]) == 0
+                     "--ids", WORKED_ARGUMENT, "--html", str(page),
+                     "--attention_png", str(directory / "png")]) == 0
     reference = numpy_reference.encoder(
         WORKED_IDS, WORKED_LENGTHS, weights_by_name(model.source_inputter, model.encoder),
         num_layers=2, num_heads=2, max_rel=8, pre_norm=True)
@@ -141,6 +142,9 @@ def test_page_data_matches_the_numpy_reference_at_every_step(worked):
     positions = steps["encoder/layers/0/self_attention/relative_positions"]["tensor"]
     assert positions["values"] == [8, 9, 10, 7, 8, 9, 6, 7, 8]  # clip(j - i, -8, 8) + 8
     assert [s["tokens"] for s in data["sources"]] == [["c", "j", "e"], ["a", "<unk>"], ["f", "<s>", "q"]]
+    # --html alongside --attention_png: one PNG per layer and head as before.
+    assert sorted(p.name for p in (worked["directory"] / "png").iterdir()) == [
+        f"encoder_layer{layer}_head{head}.png" for layer in (0, 1) for head in (0, 1)]
     # The mask's effect: the padded key gets exactly zero attention.
     attention = values_of(steps["encoder/layers/0/self_attention/attention"]["tensor"])
     assert np.all(attention[1, :, :, 2] == 0.0) and np.all(attention[0, :, :, 2] > 0.0)
@@ -232,14 +236,29 @@ def test_large_tensors_are_summarised_and_drawn_on_canvases(worked):
                                                         "directory missing/dir does not exist"),
     (["--ids", "5 12, 3", "--target", "a", "--html", "{tmp}/t.html"], "error: --target is the translation "
                                                                         "of one source sentence"),
+    (["--batch", "{tmp}/batch.txt"], "error: --batch {tmp}/batch.txt, line 2: the source is empty after "
+                                       "tokenization"),
+    (["--batch", "{tmp}/none.txt"], "error: --batch file not found: {tmp}/none.txt"),
 ], ids=["id-out-of-range", "negative-id", "empty-sentence", "empty-ids", "too-long", "missing-dir",
-        "target-with-batch"])
+        "target-with-batch", "batch-empty-line", "batch-missing"])
 def test_bad_input_is_one_line_with_exit_code_2(worked, capsys, arguments, message):
     limit = worked["directory"] / "limit.yml"
     limit.write_text("infer:\n  maximum_features_length: 10\n")
+    (worked["directory"] / "batch.txt").write_text("a b\n \nc\n")
     arguments = [a.replace("{tmp}", str(worked["directory"])) for a in arguments]
+    message = message.replace("{tmp}", str(worked["directory"]))
     code = run.main(["inspect", "--config", worked["config"], str(limit), "--checkpoint",
                      worked["checkpoint"], *arguments])
     err = capsys.readouterr().err.strip()
     assert code == 2, err
     assert err.startswith(message) and "\n" not in err and "Traceback" not in err, err
+
+
+def test_batch_file_is_one_padded_batch(worked, capsys):
+    batch = worked["directory"] / "two.txt"
+    batch.write_text("c j e\na zz\n")  # "zz" is not in the vocabulary: <unk>, id 25
+    assert run.main(["inspect", "--config", worked["config"], "--checkpoint", worked["checkpoint"],
+                     "--batch", str(batch)]) == 0
+    out = capsys.readouterr().out
+    assert "[0] ids:    5 12 7" in out and "[1] tokens: a zz" in out and "[1] ids:    3 25" in out
+    assert re.search(r"^encoder/mask\s+\[2, 3\]", out, re.M)
