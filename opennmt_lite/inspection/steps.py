@@ -39,16 +39,17 @@ def _layer_steps(hyper):
     d_head = hyper["num_units"] // hyper["num_heads"]
     norm = "γ · (x − mean(x)) / √(var(x) + 0.001) + β, over depth"
     relative = k is not None
+    h = "h" if hyper["pre_norm"] else "x"  # a sub-layer's input: normalized first in pre-norm
     bthd, bhqk = ("batch", "head", "time", "depth"), ("batch", "head", "query", "key")
     return {
         "self_attention/normalized_input": (
             "Layer norm before self-attention", f"h = {norm}", ("batch", "time", "depth"), None, "tensor"),
         "self_attention/queries": (
             "Query projection, split into heads, scaled",
-            f"Q = split_heads(h · W_q + b_q) · {d_head}^-0.5   (depth per head {d_head})", bthd, None, "tensor"),
-        "self_attention/keys": ("Key projection, split into heads", "K = split_heads(h · W_k + b_k)",
+            f"Q = split_heads({h} · W_q + b_q) · {d_head}^-0.5   (depth per head {d_head})", bthd, None, "tensor"),
+        "self_attention/keys": ("Key projection, split into heads", f"K = split_heads({h} · W_k + b_k)",
                                 bthd, None, "tensor"),
-        "self_attention/values": ("Value projection, split into heads", "V = split_heads(h · W_v + b_v)",
+        "self_attention/values": ("Value projection, split into heads", f"V = split_heads({h} · W_v + b_v)",
                                   bthd, None, "tensor"),
         "self_attention/relative_positions": (
             "Relative position indices: distance, clipped, shifted",
@@ -89,7 +90,7 @@ def _layer_steps(hyper):
                                  ("batch", "time", "depth"), None, "tensor"),
         "ffn/inner": (
             "Feed-forward inner layer",
-            f"F = {hyper['ffn_activation']}(h · W_1 + b_1)   (ffn dropout {hyper['ffn_dropout']}: "
+            f"F = {hyper['ffn_activation']}({h} · W_1 + b_1)   (ffn dropout {hyper['ffn_dropout']}: "
             "the identity at inference)", ("batch", "time", "inner"), None, "tensor"),
         "ffn/output": ("Feed-forward outer layer", "Y = F · W_2 + b_2", ("batch", "time", "depth"), None, "tensor"),
         "ffn/residual_output": (
