@@ -4,6 +4,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import pathlib
 
+import opennmt_lite  # noqa: F401,I001 (before keras: it imports pyonmttok before TensorFlow)
 import keras
 import pytest
 
