@@ -1,5 +1,7 @@
 """Config loading: OpenNMT-tf's defaults and merge rules, and clear errors naming the key."""
 
+import os
+
 import pytest
 import yaml
 
@@ -120,6 +122,10 @@ def test_shipped_configs_load_with_their_presets():
         if preset:
             for key, value in PRESETS[preset].items():
                 assert getattr(config.model, key) == value, (path.name, key)
+        if path.name == "walkthrough.yml":  # the inspect worked example: a vocabulary, no data
+            assert config.data.train_features_file is None
+            assert os.path.isfile(config.data.source_vocabulary)
+            continue
         assert config.data.train_features_file == "data/train.en"
 
 
