@@ -16,6 +16,30 @@ import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+
+def _import_tensorflow_quietly():
+    """The full TensorFlow wheel (requirements.txt: tensorflow-text needs it) probes for CUDA when
+    imported and on its first device query, and on a machine without an NVIDIA driver writes
+    5 lines about it to stderr below TF_CPP_MIN_LOG_LEVEL's reach. Both happen here, with stderr
+    sent to /dev/null, unless a driver is present or TF_CPP_MIN_LOG_LEVEL is 0. A failing import
+    still raises (its error is printed once stderr is back)."""
+    if os.path.exists("/proc/driver/nvidia") or os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
+        return
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow
+
+        tensorflow.config.list_physical_devices("GPU")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+_import_tensorflow_quietly()
+
 from opennmt_lite.commands import COMMANDS  # noqa: E402 (after the TensorFlow log setting)
 from opennmt_lite.errors import EXIT_BUG, EXIT_USER_ERROR, Interrupted, UserError  # noqa: E402
 

@@ -36,6 +36,7 @@ SERVE = textwrap.dedent("""
             "log_probs": translated["log_probs"].numpy().tolist(),
         }
     assert not any(m.startswith("opennmt_lite") for m in sys.modules), "opennmt_lite was imported"
+    results["signatures"] = sorted(model.signatures)
     json.dump(results, open(sys.argv[3], "w"))
 """)
 
@@ -68,7 +69,11 @@ def test_savedmodel_in_fresh_process_matches_in_process_model(exported, tmp_path
     sentences = [line.split() for line in (ONMT_FIXTURE / "test.first8.tok.en").read_text().splitlines()]
     tokens, lengths = padded(sentences)
     served = serve(directory, {"batch": {"tokens": tokens, "length": lengths,
-                                         "shape": [len(tokens), len(tokens[0])]}}, tmp_path)["batch"]
+                                         "shape": [len(tokens), len(tokens[0])]}}, tmp_path)
+    # a pre-tokenized model (no SentencePiece) has the token signatures only
+    signatures = served.pop("signatures")
+    assert {"encode", "translate"} <= set(signatures) and not {"encode_text", "translate_text"} & set(signatures)
+    served = served["batch"]
 
     ids = np.array([assets.source_vocabulary.lookup(row) for row in tokens], np.int32)
     ids[np.arange(ids.shape[1])[None, :] >= np.array(lengths)[:, None]] = 0

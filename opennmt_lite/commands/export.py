@@ -37,7 +37,8 @@ def run(args, config):
                           "directory (an export never overwrites one)")
     model, assets, _ = build.inference_model(config, args.checkpoint)
     options = build.decoding_options(config.params, config.infer)
-    return export_model(model, assets, options, config.data, args.output)
+    return export_model(model, assets, options, config.data, args.output,
+                        maximum_source_length=config.infer.maximum_features_length)
 
 
 def _export_ctranslate2(args, config):

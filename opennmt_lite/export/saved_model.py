@@ -13,8 +13,25 @@ pieces (`<unk>` for the OOV id), without `</s>`, padded with "". Beam width, len
 n_best and maximum decoding length are fixed at export from the config's `params`/`infer`.
 The directory also holds copies of the vocabularies and SentencePiece models under `assets.extra/`
 so a client can tokenize and detokenize.
+
+When both sides are tokenized by SentencePiece, two more signatures take raw text, the
+SentencePiece models running inside the graph (TensorFlow Text's SentencepieceOp; the op takes the
+model as an attribute, so each model's bytes are embedded in the graph):
+  encode_text(text: string [batch])
+      -> {"outputs": float32 [batch, time, num_units], "length": int32 [batch],
+          "tokens": string [batch, time] (the source pieces, padded with "")}
+  translate_text(text: string [batch])
+      -> {"translations": string [batch, n_best] (detokenized), "log_probs": float32 [batch, n_best]}
+A serving process needs `import tensorflow_text` (it registers the op) before loading. Each
+sentence gives what `run.py infer` writes for it as one line of a file, with these defined
+results for bad input: invalid UTF-8 bytes are replaced by U+FFFD first (as Python's
+decode(errors="replace")); a sentence of more than `infer.maximum_features_length` pieces is cut
+to its first ones (as infer does); an empty or whitespace-only sentence (no source piece) gets ""
+and log-probability 0 for each hypothesis (infer decodes an empty line from fully masked
+attention: a guess that depends on the batch's padding); an empty batch gives [0, n_best] outputs.
 """
 
+import hashlib
 import logging
 import os
 import shutil
@@ -46,11 +63,51 @@ def vocabulary_tables(path, num_lines):
     return to_id, to_token
 
 
-def export_model(model, assets, options, data, output_dir):
+def sentencepiece_text_models(data):
+    """(source, target) SentencePiece model paths when both sides use SentencePiece, else None."""
+    tokenizations = (data.source_tokenization, data.target_tokenization)
+    if all(t and t.type == "sentencepiece" for t in tokenizations):
+        return tuple(t.model for t in tokenizations)
+    return None
+
+
+def sentencepiece_tokenizer(path):
+    """TensorFlow Text's in-graph SentencePiece tokenizer (pieces as strings, no sampling, no
+    BOS/EOS: what opennmt_lite.data.tokenizers.SentencePieceTokenizer does)."""
+    import tensorflow_text
+
+    with open(path, "rb") as f:
+        model = f.read()
+    tokenizer = tensorflow_text.SentencepieceTokenizer(model=model, out_type=tf.string)
+    # TensorFlow Text creates the model resource with an empty shared_name; in a loaded
+    # SavedModel holding two models (source and target), both ops then resolved to one of them
+    # (target pieces unknown to the source model came out undetokenized). A name made from the
+    # model's bytes keeps them apart, and lets two loaded SavedModels share only identical models.
+    tokenizer._model_resource = _SentencePieceModel(model)
+    return tokenizer
+
+
+class _SentencePieceModel(tf.saved_model.experimental.TrackableResource):
+    def __init__(self, model):
+        super().__init__()
+        self._model = model
+        self._shared_name = "sentencepiece_" + hashlib.sha256(model).hexdigest()[:24]
+        _ = self.resource_handle  # created now
+
+    def _create_resource(self):
+        from tensorflow_text.python.ops.sentencepiece_tokenizer import gen_sentencepiece_tokenizer
+
+        return gen_sentencepiece_tokenizer.sentencepiece_op(model=self._model,
+                                                            shared_name=self._shared_name)
+
+
+def export_model(model, assets, options, data, output_dir, maximum_source_length=None):
     """Writes the SavedModel of `model` (built, weights loaded) to `output_dir`.
 
     `options`: the decoding options fixed in the graph (build.decoding_options); `data`: the
-    config's `data` section (tokenizer model files copied beside the vocabularies).
+    config's `data` section (tokenizer model files copied beside the vocabularies; SentencePiece
+    on both sides adds the text signatures); `maximum_source_length`: the text signatures cut
+    longer sources to their first pieces (`infer.maximum_features_length`; None: no limit).
     """
     source_to_id, _ = vocabulary_tables(assets.source_vocabulary.path, assets.source_vocabulary.size)
     _, target_to_token = vocabulary_tables(assets.target_vocabulary.path, assets.target_vocabulary.size)
@@ -84,6 +141,14 @@ def export_model(model, assets, options, data, output_dir):
     archive.track(target_to_token)
     archive.add_endpoint("encode", encode, input_signature=signature)
     archive.add_endpoint("translate", translate_tokens, input_signature=signature)
+    names = ["encode", "translate"]
+    text_models = sentencepiece_text_models(data)
+    if text_models:
+        _add_text_endpoints(archive, text_models, encode, translate_tokens, maximum_source_length)
+        names += ["encode_text", "translate_text"]
+    else:
+        logger.info("no text signatures: translate_text and encode_text need SentencePiece "
+                    "tokenization on both sides")
     archive.write_out(output_dir, verbose=False)
 
     extra = os.path.join(output_dir, "assets.extra")
@@ -93,5 +158,45 @@ def export_model(model, assets, options, data, output_dir):
     for side, tokenization in (("source", data.source_tokenization), ("target", data.target_tokenization)):
         if tokenization and tokenization.type == "sentencepiece":
             shutil.copy(tokenization.model, os.path.join(extra, f"{side}.model"))
-    logger.info("exported SavedModel to %s (signatures: encode, translate; %s)", output_dir, options)
+    logger.info("exported SavedModel to %s (signatures: %s; %s)", output_dir, ", ".join(names),
+                options)
     return output_dir
+
+
+def _add_text_endpoints(archive, text_models, encode, translate_tokens, maximum_source_length):
+    source_tokenizer = sentencepiece_tokenizer(text_models[0])
+    target_tokenizer = sentencepiece_tokenizer(text_models[1])
+    archive.track(source_tokenizer)
+    archive.track(target_tokenizer)
+    signature = [tf.TensorSpec([None], tf.string, name="text")]
+
+    def source_pieces(text):
+        # Invalid UTF-8 would make the tokenizer fail the whole batch: replace it, as Python's
+        # bytes.decode(errors="replace") does.
+        text = tf.strings.unicode_transcode(text, "UTF-8", "UTF-8", errors="replace",
+                                            replacement_char=0xFFFD)
+        pieces = source_tokenizer.tokenize(text)
+        if maximum_source_length:
+            pieces = pieces[:, :maximum_source_length]
+        return pieces.to_tensor(""), tf.cast(pieces.row_lengths(), tf.int32)
+
+    def encode_text(text):
+        tokens, length = source_pieces(text)
+        return dict(encode(tokens, length), tokens=tokens)
+
+    def translate_text(text):
+        tokens, length = source_pieces(text)
+        result = translate_tokens(tokens, length)
+        pieces, lengths = result["tokens"], result["length"]
+        batch, n_best = tf.shape(pieces)[0], tf.shape(pieces)[1]
+        flat = tf.RaggedTensor.from_tensor(tf.reshape(pieces, [batch * n_best, -1]),
+                                           lengths=tf.reshape(lengths, [-1]))
+        text = tf.reshape(target_tokenizer.detokenize(flat), [batch, n_best])
+        # No source piece: nothing to translate. (The model would still decode something from
+        # fully masked attention, and what depends on the batch's padding.)
+        empty = tf.equal(length, 0)[:, None]
+        return {"translations": tf.where(empty, tf.constant("", tf.string), text),
+                "log_probs": tf.where(empty, tf.zeros_like(result["log_probs"]), result["log_probs"])}
+
+    archive.add_endpoint("encode_text", encode_text, input_signature=signature)
+    archive.add_endpoint("translate_text", translate_text, input_signature=signature)
