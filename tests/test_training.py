@@ -146,3 +146,23 @@ def test_sub_batches_set_the_thread_pools_before_tensorflow_starts():
     assert inter == 2 and intra == max(1, cores // 2)
     assert "after 2" in result.stdout
     assert "train.sub_batches=3: TensorFlow has already started" in result.stderr
+
+
+def test_end_of_training_average_of_the_last_checkpoints(tmp_path):
+    """train.average_last_checkpoints: N after training writes <model_dir>/avg, holding the mean
+    of the newest N checkpoints' weights (OpenNMT-tf's end-of-training average)."""
+    from opennmt_lite.commands.train import average_at_end
+
+    config = training_config(tmp_path, model=TINY_MODEL, train={
+        "max_step": 3, "save_checkpoints_steps": 1, "keep_checkpoint_max": 5,
+        "average_last_checkpoints": 2})
+    build.trainer(config).run()
+    path = average_at_end(config)
+    assert os.path.dirname(path) == os.path.join(config.model_dir, "avg")
+    name = "model/decoder/output_layer/kernel/.ATTRIBUTES/VARIABLE_VALUE"
+    directory = os.path.join(config.model_dir, "checkpoints")
+    newest = [tf.train.load_checkpoint(os.path.join(directory, f"ckpt-{step}")).get_tensor(name)
+              for step in (2, 3)]
+    assert not np.array_equal(*newest)  # the weights moved between the two
+    average = tf.train.load_checkpoint(path).get_tensor(name)
+    np.testing.assert_allclose(average, (newest[0] + newest[1]) / 2, rtol=0, atol=1e-7)

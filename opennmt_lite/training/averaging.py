@@ -49,9 +49,12 @@ def restored_checkpoint(config, prefix, save_dir=None):
         checkpoint_import.assign_optimizer_state(prefix, model, optimizer)
         mapping = checkpoint_import.model_mapping(model, checkpoints.contents(prefix))
     else:
+        import tensorflow as tf
+
         checkpoint.restore(prefix)
+        # (Keras variables give their dtype as a string, tf.Variables as a DType)
         mapping = {name: variable for name, variable in checkpoint.variables.items()
-                   if name.startswith("model/") and variable.dtype.is_floating}
+                   if name.startswith("model/") and tf.as_dtype(variable.dtype).is_floating}
     return checkpoint, mapping
 
 
