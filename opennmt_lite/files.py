@@ -88,3 +88,14 @@ def atomic_write(path, mode="w", suffix=PARTIAL, **open_options):
     with Staging(suffix) as staging:
         with open(staging.path(path), mode, **open_options) as stream:
             yield stream
+
+
+def write_lines(lines, path=None):
+    """Writes each line and a line end to `path`, replaced whole at the end (an interrupted run
+    leaves the previous file, not a part), or to standard output when `path` is None."""
+    import sys
+
+    with contextlib.ExitStack() as stack:
+        out = (stack.enter_context(atomic_write(path, encoding="utf-8")) if path else sys.stdout)
+        for line in lines:
+            out.write(line + "\n")

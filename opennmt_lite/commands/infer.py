@@ -1,8 +1,6 @@
 """`run.py infer`: translates a file (see opennmt_lite.inference.translate for the output)."""
 
-import contextlib
 import logging
-import sys
 
 from opennmt_lite.commands import add_checkpoint_argument, check_output_file, positive_int
 from opennmt_lite.errors import ArgumentError
@@ -25,7 +23,7 @@ def add_arguments(parser):
 
 def run(args, config):
     from opennmt_lite import build
-    from opennmt_lite.files import atomic_write
+    from opennmt_lite.files import write_lines
     from opennmt_lite.inference.translate import format_lines, translate_file
 
     if args.predictions_file:
@@ -38,12 +36,7 @@ def run(args, config):
         data = build.inference_input(args.features_file, config.infer, assets)
         results = translate_file(model, assets, data, options)
     with_scores = config.infer.with_scores if args.with_scores is None else args.with_scores
-    with contextlib.ExitStack() as stack:
-        # (replaced whole at the end: an interrupted run leaves the previous file, not a part)
-        out = (stack.enter_context(atomic_write(args.predictions_file, encoding="utf-8"))
-               if args.predictions_file else sys.stdout)
-        for line in format_lines(results, with_scores):
-            out.write(line + "\n")
+    write_lines(format_lines(results, with_scores), args.predictions_file)
     if args.predictions_file:
         logger.info("wrote %d translations to %s", len(results), args.predictions_file)
     return results

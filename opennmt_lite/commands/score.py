@@ -1,9 +1,7 @@
 """`run.py score`: the negative log-likelihood of existing translations, line by line (see
 opennmt_lite.inference.score), as OpenNMT-tf's `onmt-main score`."""
 
-import contextlib
 import logging
-import sys
 
 from opennmt_lite.commands import add_checkpoint_argument, check_output_file
 from opennmt_lite.data import DataError
@@ -24,7 +22,7 @@ def add_arguments(parser):
 def run(args, config):
     from opennmt_lite import build
     from opennmt_lite.data import read_lines
-    from opennmt_lite.files import atomic_write
+    from opennmt_lite.files import write_lines
     from opennmt_lite.inference.score import format_lines, score_pairs
 
     if args.output_file:
@@ -39,12 +37,7 @@ def run(args, config):
     data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets)
     scores = score_pairs(model, data)
     tokens = assets.target_tokenizer.tokenize_batch(targets)
-    with contextlib.ExitStack() as stack:
-        # (replaced whole at the end: an interrupted run leaves the previous file, not a part)
-        out = (stack.enter_context(atomic_write(args.output_file, encoding="utf-8"))
-               if args.output_file else sys.stdout)
-        for line in format_lines(scores, tokens):
-            out.write(line + "\n")
+    write_lines(format_lines(scores, tokens), args.output_file)
     if args.output_file:
         logger.info("wrote %d scores (checkpoint %s) to %s", len(scores), prefix, args.output_file)
     return scores
