@@ -4,11 +4,9 @@
     python bench/gpu.py --only train         # some of: train encoder translate
     python bench/gpu.py --quick              # smoke run on any machine: tiny model, few steps
 
-Needs only this repository and its requirements, with TensorFlow's CUDA build in place of
-tensorflow-cpu (the two wheels install the same `tensorflow` package, so not side by side):
+Needs only this repository and its requirements, with TensorFlow's CUDA libraries added:
 
-    grep -v '^tensorflow-cpu' requirements.txt > /tmp/requirements-gpu.txt
-    pip install -r /tmp/requirements-gpu.txt "tensorflow[and-cuda]==2.21.0"
+    pip install -r requirements.txt "tensorflow[and-cuda]==2.21.0"
 
 No OpenNMT-tf: these are opennmt-lite's own figures. The data are made from the shipped data/
 files by bench/prepare.py (once, cached in runs/bench_cache/). Each measurement alternates
