@@ -15,7 +15,8 @@ Three modes, all driven by bench/bench_translate.py:
 
     # 3. the measurement
     python bench/onmt_translate.py --checkpoint CKPT --batches BATCHES.npz [--repeats 2] \
-        [--beam-width 4] [--length-penalty 0] [--maximum-decoding-length 250]
+        [--beam-width 4] [--length-penalty 0] [--maximum-decoding-length 250] \
+        [--latency-batches ONE_SENTENCE_BATCHES.npz --latency-sentences 50]
 
 Measurement: `opennmt.models.Transformer(**model, position_encoder_class=None)` (the `model:`
 section of bench/configs/train_benchmark.yml), initialised with the cache's vocabularies and the
@@ -218,6 +219,14 @@ def measure(args):
                            target_tokens_per_sec=target_tokens / seconds,
                            sentences_per_sec=sentences / seconds))
 
+    latencies = []  # batch 1, after the timed passes (warm): ms per sentence
+    for ids, length, _ in (load_batches(args.latency_batches)[:args.latency_sentences]
+                           if args.latency_batches else []):
+        features = {"ids": tf.constant(ids.astype(np.int64)), "length": tf.constant(length)}
+        start = time.perf_counter()
+        tf.nest.map_structure(lambda t: t.numpy(), infer_fn(features))
+        latencies.append(1000 * (time.perf_counter() - start))
+
     hypotheses = [None] * sentences
     log_probs = [None] * sentences
     lengths = [None] * sentences
@@ -243,6 +252,7 @@ def measure(args):
         target_tokens=passes[-1]["target_tokens"] if passes else None,
         target_tokens_per_sec=statistics.median(p["target_tokens_per_sec"] for p in passes),
         sentences_per_sec=statistics.median(p["sentences_per_sec"] for p in passes),
+        latency_ms_median=statistics.median(latencies) if latencies else None,
         peak_rss_self_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         hypotheses=hypotheses,
         lengths=lengths,
@@ -271,6 +281,8 @@ def main(argv=None):
     parser.add_argument("--checkpoint", help="checkpoint prefix or directory")
     parser.add_argument("--batches", help="npz written by --write-batches")
     parser.add_argument("--repeats", type=int, default=2, help="timed passes")
+    parser.add_argument("--latency-batches", help="npz of one-sentence batches: median latency")
+    parser.add_argument("--latency-sentences", type=int, default=50)
     parser.add_argument("--beam-width", type=int, default=4)
     parser.add_argument("--length-penalty", type=float, default=0.0)
     parser.add_argument("--maximum-decoding-length", type=int, default=250)
