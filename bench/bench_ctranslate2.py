@@ -30,7 +30,9 @@ The OpenNMT-tf interpreter: bench/onmt_env.py (ONMT_PYTHON=... to use an existin
 BLEU (--bleu): the config's newest checkpoint (or --checkpoint) exported to CTranslate2 in each
 of --quantizations (cached in runs/bench_cache/ctranslate2/<config name>-<checkpoint>/), data/test.en
 translated by `run.py infer --ctranslate2`'s code with the config's decoding settings, BLEU
-(sacrebleu) against data/test.de, and each model directory's size.
+(sacrebleu) against data/test.de, and each model's size. CTranslate2 has no int16 kernels on CPUs
+without Intel MKL (AMD: "GEMM_S16 backend: none" with CT2_VERBOSE=1): an int16 model then runs
+as int8_float32 (it says so in a warning).
 """
 
 import argparse
@@ -72,6 +74,9 @@ def parse_args(argv=None):
     parser.add_argument("--config", default=os.path.join(ROOT, "configs", "sample.yml"))
     parser.add_argument("--checkpoint")
     parser.add_argument("--quantizations", nargs="+", default=["float32", "int8", "int16"])
+    parser.add_argument("--bleu-threads", type=int, default=1,
+                        help="--bleu: CTranslate2 threads (1: immune to a busy machine's "
+                        "OpenMP contention; speed is not what --bleu measures)")
     parser.add_argument("--prepare", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker", choices=("savedmodel", "ct2"), help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
@@ -309,7 +314,7 @@ def bleu(args):
         if not os.path.isdir(path):
             export.export_model(model, assets, options, config.data, path,
                                 quantization=quantization)
-        translator = infer.load_translator(path, assets)
+        translator = infer.load_translator(path, assets, threads=args.bleu_threads)
         start = time.perf_counter()
         output = infer.translate_file(translator, assets, data, options, progress=False,
                                       unk_token=infer.unknown_token(path))
@@ -321,7 +326,7 @@ def bleu(args):
                                      directory_bytes=directory_size(path))
     base = results.get("float32")
     print(f"\nBLEU on data/test.* ({len(references)} sentences), checkpoint {checkpoint}, "
-          f"beam {options['beam_width']}")
+          f"beam {options['beam_width']}, {args.bleu_threads} thread(s)")
     rows = [[q, f"{r['bleu']:.2f}", f"{r['bleu'] - base['bleu']:+.2f}" if base else "-",
              f"{r['size_bytes'] / 1e6:.1f}", f"{r['seconds']:.1f}"] for q, r in results.items()]
     print(harness.format_table(["quantization", "BLEU", "vs float32", "model.bin MB",
