@@ -29,6 +29,7 @@ def _import_tensorflow_quietly():
     saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
+        import opennmt_lite  # noqa: F401 (first: it imports pyonmttok before TensorFlow)
         import tensorflow
 
         tensorflow.config.list_physical_devices("GPU")
