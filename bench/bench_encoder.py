@@ -110,6 +110,10 @@ def main(argv=None):
                         help="opennmt-lite variants to run (OpenNMT-tf runs float32)")
     parser.add_argument("--jit", action="store_true",
                         help="opennmt-lite: tf.function(jit_compile=True)")
+    parser.add_argument(
+        "--lite-baseline", metavar="DIR",
+        help="another opennmt-lite checkout (e.g. `git worktree add /tmp/base <commit>`): one "
+             "more side per dtype, run by that checkout's own worker")
     args = parser.parse_args(argv)
     if args.worker == "lite":
         return lite_worker(args)
@@ -122,11 +126,18 @@ def main(argv=None):
               "--checkpoint", checkpoint, "--repeats", str(args.repeats)]
     common += ["--batches", args.batches] if args.batches else []
     sides = []
+    checkouts = [(None, os.path.abspath(__file__))]
+    if args.lite_baseline:
+        checkouts.append((harness.git_commit(args.lite_baseline)[:8],
+                          os.path.join(os.path.abspath(args.lite_baseline), "bench",
+                                       "bench_encoder.py")))
     for dtype in args.lite_dtypes if args.only != "onmt" else []:
-        command = [sys.executable, os.path.abspath(__file__), "--worker", "lite",
-                   "--dtype", dtype, *common] + (["--jit"] if args.jit else [])
-        sides.append(harness.Side(lite_side(dtype), lambda index, c=command: c,
-                                  "bfloat16" if dtype == "mixed_bfloat16" else "float32"))
+        for commit, worker in checkouts:
+            command = [sys.executable, worker, "--worker", "lite",
+                       "--dtype", dtype, *common] + (["--jit"] if args.jit else [])
+            name = lite_side(dtype) if commit is None else f"{LITE}@{commit} ({dtype})"
+            sides.append(harness.Side(name, lambda index, c=command: c,
+                                      "bfloat16" if dtype == "mixed_bfloat16" else "float32"))
     if args.only != "lite":
         command = [onmt_python, os.path.join(BENCH_DIR, "onmt_encoder.py"), *common]
         sides.append(harness.Side(ONMT, lambda index: command))
@@ -137,12 +148,16 @@ def main(argv=None):
         stats["encoder_batches"]["attention_span"],
         relative=bool(model.get("maximum_relative_position")))
     peak = {} if args.no_mfu else harness.measure_peak_flops(("float32", "bfloat16"))
+    baseline = ONMT
+    if args.only == "lite" and args.lite_baseline:
+        baseline = f"{LITE}@{checkouts[1][0]} ({args.lite_dtypes[0]})"
     runs, summary = harness.compare(
         sides, args.runs, ["tokens_per_sec", "padded_tokens_per_sec"], session.run_dir,
-        timeout=args.timeout, baseline=ONMT, flops_per_token=flops, peak=peak)
+        timeout=args.timeout, baseline=baseline, flops_per_token=flops, peak=peak)
 
-    headers = ["framework", "runs ok", "tokens/s", "peak RSS GB", "MFU", "x onmt tok/s",
-               "x onmt RSS", "per run"]
+    versus = "onmt" if baseline == ONMT else "base"
+    headers = ["framework", "runs ok", "tokens/s", "peak RSS GB", "MFU", f"x {versus} tok/s",
+               f"x {versus} RSS", "per run"]
     rows = []
     for side, s in summary.items():
         r = s.get("ratio") or {}

@@ -1,6 +1,7 @@
 """OpenNMT-tf 2.32 side of the training benchmark. Runs INSIDE the OpenNMT-tf virtual environment.
 
     bench/.venv-onmt/bin/python bench/onmt_train.py --config onmt.yml [--drop-first 1]
+                                                   [--profile-dir DIR --profile-after STEP]
 
 `--config` is an OpenNMT-tf config rendered by bench/bench_train.py from
 bench/configs/train_benchmark.yml: the usual OpenNMT-tf keys (model_dir, data, params, train)
@@ -17,6 +18,9 @@ would (default intra/inter-op threads, no seed, fp32, no XLA). The only addition
 handler that records OpenNMT-tf's training reports
 
     Step = 10 ; steps/s = 0.95, tokens/s = 7517 (3340 source, 4177 target) ; ...
+
+With `--profile-dir`, TensorFlow's profiler records the steps between the report of step
+`--profile-after` and the next report (bench/profile_step.py --side onmt reads the trace).
 
 The first `--drop-first` reports (warm-up, tracing, the step-1 checkpoint) are dropped. Prints, as
 the LAST line of stdout, one JSON object:
@@ -52,10 +56,27 @@ MODEL_KEYS = (
 
 
 class ReportRecorder(logging.Handler):
-    def __init__(self):
+    def __init__(self, profile_dir=None, profile_after=None):
         super().__init__(level=logging.INFO)
         self.start = time.time()
         self.reports = []
+        self.profile_dir = profile_dir
+        self.profile_after = profile_after
+        self.profiling = False
+
+    def profile(self, step):
+        """Starts the profiler at the report of step `profile_after`, stops it at the next one
+        (reports are logged in the training loop, between steps)."""
+        import tensorflow as tf
+
+        if self.profiling:
+            tf.profiler.experimental.stop()
+            self.profiling = False
+            self.profiled = (self.profile_after, step, time.time() - self.profile_start)
+        elif step == self.profile_after:
+            tf.profiler.experimental.start(self.profile_dir)
+            self.profiling = True
+            self.profile_start = time.time()
 
     def emit(self, record):
         try:
@@ -83,6 +104,8 @@ class ReportRecorder(logging.Handler):
             loss=float(match.group("loss")),
             elapsed=time.time() - self.start,
         ))
+        if self.profile_dir:
+            self.profile(int(match.group("step")))
 
 
 def render_model_file(model_config, path):
@@ -112,6 +135,9 @@ def main(argv=None):
     parser.add_argument("--work-dir", default=None,
                         help="where to write model.py/config.yml (default: a temporary dir)")
     parser.add_argument("--keep", action="store_true", help="keep the model_dir afterwards")
+    parser.add_argument("--profile-dir", help="record a TensorFlow profile here")
+    parser.add_argument("--profile-after", type=int, default=10,
+                        help="profile from this step's report to the next")
     args = parser.parse_args(argv)
 
     import yaml
@@ -136,7 +162,7 @@ def main(argv=None):
     import opennmt
     from opennmt.bin import main as onmt_main
 
-    recorder = ReportRecorder()
+    recorder = ReportRecorder(args.profile_dir, args.profile_after)
     initialize_logging = onmt_main._initialize_logging
 
     def _initialize_logging(log_level):
@@ -170,6 +196,9 @@ def main(argv=None):
         wall_seconds=wall,
         peak_rss_self_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     )
+    if args.profile_dir:
+        # (first step, last step, wall seconds) of the profiled window
+        result["profiled"] = getattr(recorder, "profiled", None)
     if kept:
         result.update(
             tokens_per_sec=statistics.median(r["tokens_per_sec"] for r in kept),

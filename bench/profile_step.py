@@ -1,7 +1,7 @@
 """Where the time of one training step goes: TensorFlow's profiler, op time by category.
 
     python bench/profile_step.py [--dtype float32|mixed_bfloat16] [--steps 4] [--warmup 2]
-                                 [--code-root PATH] [--top 25]
+                                 [--code-root PATH] [--top 25] [--side lite|onmt]
 
 Builds the trainer of the training benchmark (bench/configs/train_benchmark.yml on the cached
 benchmark data, bench/prepare.py), runs `--warmup` optimizer steps (tracing), then records
@@ -19,6 +19,12 @@ in training) and sums the duration of every TensorFlow op executed, by category:
   cast            dtype casts (mixed precision)
   other           everything else (embeddings, residual adds, ReLU, reshapes, ...)
 
+`--side onmt` profiles OpenNMT-tf 2.32 instead, on the same benchmark config, in its own
+interpreter (bench/onmt_env.py): `bench/onmt_train.py --profile-dir` records the steps between
+two of its reports (after `--warmup` steps, rounded up to a report, `--steps` rounded up to the
+report interval), and the trace is categorized the same way (OpenNMT-tf's layer norm is the
+fused batch norm, its dropout a float32 uniform draw).
+
 Op time is summed over TensorFlow's threads (both cores), so it is CPU time, not wall time; the
 wall time of the recorded steps is printed beside it. `--code-root` profiles another checkout of
 opennmt-lite (e.g. a `git worktree` of an earlier commit) with the same script, for before/after.
@@ -27,9 +33,11 @@ opennmt-lite (e.g. a `git worktree` of an earlier commit) with the same script, 
 import argparse
 import collections
 import glob
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -47,7 +55,8 @@ MATMUL_TYPES = {"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "_Fus
                 "Einsum", "_MklMatMul", "_MklBatchMatMulV2", "_MklFusedMatMul",
                 "_MklNativeFusedMatMul", "_MklEinsum"}
 SOFTMAX_TYPES = {"Softmax", "LogSoftmax", "SoftmaxCrossEntropyWithLogits",
-                 "SparseSoftmaxCrossEntropyWithLogits"}
+                 "SparseSoftmaxCrossEntropyWithLogits", "FusedBatchNormV3",
+                 "FusedBatchNormGradV3", "_MklLayerNorm"}
 RANDOM_TYPES = {"RandomUniform", "StatelessRandomUniformV2", "StatelessRandomGetKeyCounter",
                 "StatelessRandomUniformFullIntV2", "RandomUniformInt", "StatelessRandomGetAlg",
                 "RngReadAndSkip", "RngSkip"}
@@ -86,6 +95,60 @@ def benchmark_config(cache_dir, model_dir, dtype):
     return dict(bench_train.lite_config(common, dtype), model_dir=model_dir)
 
 
+def profile_lite(args, paths):
+    """-> (events, wall seconds per step, steps) of `--steps` steps of opennmt-lite, in this process."""
+    sys.path.insert(0, os.path.abspath(args.code_root))
+    import tensorflow as tf
+
+    work = tempfile.mkdtemp(prefix="profile_step_")
+    try:
+        trainer = harness.lite_trainer(benchmark_config(
+            paths["cache_dir"], os.path.join(work, "model"), args.dtype))
+        # One group of batches per replica, as Trainer.run reads them.
+        groups = iter(tf.data.Dataset.zip(tuple(t.dataset() for t in trainer.training_inputs)))
+        for _ in range(args.warmup):
+            trainer.train_step(next(groups))
+        logdir = os.path.join(work, "trace")
+        tf.profiler.experimental.start(logdir)
+        start = time.perf_counter()
+        for _ in range(args.steps):
+            result = trainer.train_step(next(groups))
+        float(result["loss"])  # waits for the last step
+        wall = time.perf_counter() - start
+        tf.profiler.experimental.stop()
+        return read_trace(logdir), wall / args.steps, args.steps
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def profile_onmt(args, paths):
+    """-> (events, wall seconds per step, steps) of OpenNMT-tf 2.32 on the benchmark config."""
+    import onmt_env
+
+    benchmark = harness.load_yaml(harness.DEFAULT_BENCHMARK)
+    interval = benchmark["train"]["save_summary_steps"]
+    after = -(-max(args.warmup, 1) // interval) * interval
+    steps = -(-args.steps // interval) * interval
+    work = tempfile.mkdtemp(prefix="profile_onmt_")
+    try:
+        config = bench_train.common_config(benchmark, paths["cache_dir"], after + steps, interval)
+        config_path = os.path.join(work, "onmt.yml")
+        harness.dump_yaml(dict(config, model_dir=os.path.join(work, "model")), config_path)
+        logdir = os.path.join(work, "trace")
+        command = [onmt_env.ensure_onmt_python(create=True), os.path.join(BENCH_DIR, "onmt_train.py"),
+                   "--config", config_path, "--work-dir", os.path.join(work, "files"),
+                   "--profile-dir", logdir, "--profile-after", str(after)]
+        completed = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+        lines = [line for line in completed.stdout.splitlines() if line.startswith("{")]
+        if completed.returncode != 0 or not lines:
+            raise RuntimeError(f"OpenNMT-tf failed (exit {completed.returncode}): "
+                               + " ".join(command))
+        first, last, wall = json.loads(lines[-1])["profiled"]
+        return read_trace(logdir), wall / (last - first), last - first
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def read_trace(logdir):
     """[(scope, op type, thread name, seconds)] of every TensorFlow op in the profile."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
@@ -122,6 +185,8 @@ def main(argv=None):
                         default="float32")
     parser.add_argument("--steps", type=int, default=4, help="recorded optimizer steps")
     parser.add_argument("--warmup", type=int, default=2, help="unrecorded steps first")
+    parser.add_argument("--side", choices=("lite", "onmt"), default="lite",
+                        help="profile opennmt-lite (this checkout or --code-root) or OpenNMT-tf")
     parser.add_argument("--code-root", default=harness.ROOT,
                         help="the opennmt-lite checkout to profile (default: this one)")
     parser.add_argument("--cache-dir", default=prepare.DEFAULT_CACHE_DIR)
@@ -129,32 +194,17 @@ def main(argv=None):
     parser.add_argument("--show-scopes", type=int, default=0, metavar="N",
                         help="also list the N most expensive (name scope, op type) pairs, to "
                              "check the categories")
+    parser.add_argument("--dump", metavar="JSON",
+                        help="also write every op event [scope, op type, thread, seconds] there")
     args = parser.parse_args(argv)
 
     paths = prepare.prepare(args.cache_dir)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    sys.path.insert(0, os.path.abspath(args.code_root))
-    import tensorflow as tf
-
-    work = tempfile.mkdtemp(prefix="profile_step_")
-    try:
-        trainer = harness.lite_trainer(benchmark_config(
-            paths["cache_dir"], os.path.join(work, "model"), args.dtype))
-        # One group of batches per replica, as Trainer.run reads them.
-        groups = iter(tf.data.Dataset.zip(tuple(t.dataset() for t in trainer.training_inputs)))
-        for _ in range(args.warmup):
-            trainer.train_step(next(groups))
-        logdir = os.path.join(work, "trace")
-        tf.profiler.experimental.start(logdir)
-        start = time.perf_counter()
-        for _ in range(args.steps):
-            result = trainer.train_step(next(groups))
-        float(result["loss"])  # waits for the last step
-        wall = time.perf_counter() - start
-        tf.profiler.experimental.stop()
-        events = read_trace(logdir)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    profile = profile_onmt if args.side == "onmt" else profile_lite
+    events, wall, steps = profile(args, paths)
+    if args.dump:
+        with open(args.dump, "w", encoding="utf-8") as stream:
+            json.dump(dict(steps=steps, wall_per_step=wall, events=events), stream)
 
     by_category = collections.Counter()
     by_type = collections.Counter()
@@ -165,19 +215,20 @@ def main(argv=None):
         by_type[(op_type, category)] += seconds
         by_scope[(scope, op_type, category)] += seconds
     total = sum(by_category.values())
-    print(f"{os.path.abspath(args.code_root)} ({args.dtype}): {args.steps} steps recorded, "
-          f"wall {wall / args.steps:.2f} s/step, op time {total / args.steps:.2f} s/step "
-          "(summed over threads)")
-    rows = [[c, f"{by_category[c] / args.steps:.3f}", f"{100 * by_category[c] / total:.1f}%"]
+    name = ("OpenNMT-tf (float32)" if args.side == "onmt"
+            else f"{os.path.abspath(args.code_root)} ({args.dtype})")
+    print(f"{name}: {steps} steps recorded, wall {wall:.2f} s/step, "
+          f"op time {total / steps:.2f} s/step (summed over threads)")
+    rows = [[c, f"{by_category[c] / steps:.3f}", f"{100 * by_category[c] / total:.1f}%"]
             for c in CATEGORIES]
     print(harness.format_table(["category", "s/step", "share"], rows))
     print(f"\ntop {args.top} op types")
-    rows = [[op_type, category, f"{seconds / args.steps:.3f}", f"{100 * seconds / total:.1f}%"]
+    rows = [[op_type, category, f"{seconds / steps:.3f}", f"{100 * seconds / total:.1f}%"]
             for (op_type, category), seconds in by_type.most_common(args.top)]
     print(harness.format_table(["op type", "category", "s/step", "share"], rows))
     if args.show_scopes:
         print(f"\ntop {args.show_scopes} (name scope, op type)")
-        rows = [[scope[-90:], op_type, category, f"{seconds / args.steps:.3f}"]
+        rows = [[scope[-90:], op_type, category, f"{seconds / steps:.3f}"]
                 for (scope, op_type, category), seconds in by_scope.most_common(args.show_scopes)]
         print(harness.format_table(["scope", "op type", "category", "s/step"], rows))
     return 0
