@@ -3,9 +3,11 @@ finite differences in float64 and automatic differentiation of the plain formula
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from opennmt_lite.layers import LayerNorm
+from opennmt_lite.layers.attention import relative_context, relative_logits, relative_positions
 from opennmt_lite.layers.common import (apply_dropout, dense_relu_dropout, dropout_keep_mask, layer_norm,
                                         layer_norm_inference)
 
@@ -144,3 +146,41 @@ def test_a_rate_that_rounds_to_one_drops_everything_and_passes_no_gradient():
         assert np.all(outputs.numpy() == 0)
         for gradient in tape.gradient(loss, [x, kernel, bias]):
             assert np.all(gradient.numpy() == 0)
+
+
+@pytest.mark.parametrize("time_q, time_k", [(7, 7), (1, 6), (12, 12)])
+def test_relative_position_terms_and_gradients_match_the_gathered_table_formula(time_q, time_k):
+    """relative_logits / relative_context (2-D products against the 2k+1 table rows, a gather,
+    a bucket sum) against the direct formula on the [time_q, time_k, depth] gathered table, values
+    and gradients for the inputs and both tables."""
+    rng = np.random.default_rng(5)
+    batch, heads, depth, k = 3, 2, 8, 3
+    queries = tf.constant(rng.normal(size=(batch, heads, time_q, depth)).astype(np.float32))
+    attention = tf.constant(rng.random(size=(batch, heads, time_q, time_k)).astype(np.float32))
+    keys_table = tf.constant(rng.normal(size=(2 * k + 1, depth)).astype(np.float32))
+    values_table = tf.constant(rng.normal(size=(2 * k + 1, depth)).astype(np.float32))
+    up_logits = tf.constant(rng.normal(size=(batch, heads, time_q, time_k)).astype(np.float32))
+    up_context = tf.constant(rng.normal(size=(batch, heads, time_q, depth)).astype(np.float32))
+    positions = relative_positions(time_q, time_k, k)
+    inputs = [queries, attention, keys_table, values_table]
+
+    def objective(logits, context):
+        return tf.reduce_sum(logits * up_logits) + tf.reduce_sum(context * up_context)
+
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        logits = relative_logits(queries, keys_table, positions)
+        context = relative_context(attention, values_table, positions)
+        ours = objective(logits, context)
+    got = tape.gradient(ours, inputs)
+    with tf.GradientTape() as tape:
+        tape.watch(inputs)
+        want_logits = tf.einsum("bhid,ijd->bhij", queries, tf.gather(keys_table, positions))
+        want_context = tf.einsum("bhij,ijd->bhid", attention, tf.gather(values_table, positions))
+        reference = objective(want_logits, want_context)
+    want = tape.gradient(reference, inputs)
+    np.testing.assert_allclose(logits.numpy(), want_logits.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(context.numpy(), want_context.numpy(), rtol=1e-5, atol=1e-5)
+    for name, a, b in zip(["queries", "attention", "keys table", "values table"], got, want):
+        np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy(),
+                                   rtol=1e-5, atol=1e-4, err_msg=name)

@@ -44,13 +44,17 @@ def relative_logits(queries, relative_keys, positions):
 
     queries [batch, heads, time_q, depth], relative_keys [2k+1, depth] (the table),
     positions [time_q, time_k] -> [batch, heads, time_q, time_k].
-    One matmul against the 2k+1 table rows, then a gather of the right row for each (i, j):
-    cheaper than materialising the [time_q, time_k, depth] gathered table.
+    One 2-D matmul of every query against the 2k+1 table rows, then a gather of the right row
+    for each (i, j): cheaper than materialising the [time_q, time_k, depth] gathered table.
+    (2-D, not a batched matmul broadcasting the table: without oneDNN, as on AVX2 CPUs, the
+    broadcast form runs batch * heads thin products, and its gradient for the table a batched
+    product reduced afterwards.)
     """
     batch, heads, time_q = tf.shape(queries)[0], tf.shape(queries)[1], tf.shape(queries)[2]
     time_k = tf.shape(positions)[1]
     window = tf.shape(relative_keys)[0]
-    scores = matmul(queries, relative_keys, transpose_b=True)  # [batch, heads, time_q, 2k+1]
+    flat_queries = tf.reshape(queries, [-1, queries.shape[-1]])
+    scores = matmul(flat_queries, relative_keys, transpose_b=True)  # [batch*heads*time_q, 2k+1]
     scores = tf.reshape(scores, [batch * heads, time_q * window])
     index = tf.range(time_q)[:, tf.newaxis] * window + positions  # row i's own scores
     logits = tf.gather(scores, tf.reshape(index, [-1]), axis=1)
@@ -62,12 +66,13 @@ def relative_context(attention, relative_values, positions):
 
     attention [batch, heads, time_q, time_k], relative_values [2k+1, depth] (the table),
     positions [time_q, time_k] -> [batch, heads, time_q, depth]. The attention weights are first
-    summed per distance bucket ([..., 2k+1]), then multiplied by the table.
+    summed per distance bucket ([..., 2k+1]), then multiplied by the table (one 2-D matmul).
     """
     window = tf.shape(relative_values)[0]
     one_hot = tf.one_hot(positions, window, dtype=attention.dtype)
     buckets = einsum("bhij,ijr->bhir", attention, one_hot)
-    return matmul(buckets, relative_values)
+    context = matmul(tf.reshape(buckets, [-1, window]), relative_values)
+    return tf.reshape(context, tf.concat([tf.shape(attention)[:3], [relative_values.shape[-1]]], 0))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -7,45 +7,21 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     """Per-token loss [batch, time] from float32 logits [batch, time, vocab].
 
     With eps = label_smoothing, the target distribution q puts 1 - eps on the label and
-    eps / (vocab - 1) on every other class (OpenNMT-tf's smoothing). TensorFlow's fused sparse
-    softmax cross-entropy kernel gives, in one pass over the logits, ce = lse - gold (lse the
-    log-sum-exp, gold the label's logit) and backprop = softmax(logits) - onehot(label). Then
-      loss = (1 - eps - off) * ce - off * (sum(logits) - vocab * lse),   off = eps / (vocab - 1)
-      d loss / d logits = softmax - q = (backprop - off) + (eps + off) * onehot(label).
-    Only `backprop` is kept for the backward pass (the logits can be freed once the forward pass
-    has read them), and the gradient is built in place from it: one tensor of the logits' size
-    instead of the log-softmax, one-hot and product tensors that automatic differentiation of the
-    dense formula keeps. This is what bounds the memory of the output layer in training.
+    eps / (vocab - 1) on every other class (OpenNMT-tf's smoothing), and the loss is
+    -sum(q * log_softmax(logits)), computed by TensorFlow's fused softmax cross-entropy kernel
+    exactly as OpenNMT-tf does: q written once by `one_hot`, then one pass over the logits that
+    gives the loss and `softmax - q`. That difference is the only tensor of the logits' size kept
+    for the backward pass (the logits and q are freed after the forward pass), and the gradient
+    is one product with the incoming per-token gradient. (Measured on an AVX2 CPU: about half the
+    time of the sparse kernel followed by a hand-written smoothing correction, which needed four
+    more passes over a [tokens, vocab] tensor.) Without smoothing, the sparse kernel: no q at all.
     """
-    depth = tf.shape(logits)[-1]
-    vocab = tf.cast(depth, tf.float32)
-    off_value = label_smoothing / (vocab - 1.0)
-    flat_logits = tf.reshape(logits, [-1, depth])
-    flat_labels = tf.reshape(labels, [-1])
-
-    @tf.custom_gradient
-    def loss_fn(flat_logits):
-        ce, backprop = tf.raw_ops.SparseSoftmaxCrossEntropyWithLogits(
-            features=flat_logits, labels=flat_labels)
-        loss = ce
-        if label_smoothing > 0:
-            lse = ce + tf.gather(flat_logits, flat_labels, batch_dims=1)
-            loss = (1.0 - label_smoothing - off_value) * ce - off_value * (
-                tf.reduce_sum(flat_logits, axis=-1) - vocab * lse)
-
-        def grad(upstream):
-            gradient = backprop
-            if label_smoothing > 0:
-                rows = tf.range(tf.shape(flat_labels)[0], dtype=flat_labels.dtype)
-                gold = tf.stack([rows, flat_labels], axis=1)
-                gradient = tf.tensor_scatter_nd_add(
-                    gradient - off_value, gold,
-                    tf.fill(tf.shape(flat_labels), label_smoothing + off_value))
-            return gradient * upstream[:, tf.newaxis]
-
-        return loss, grad
-
-    return tf.reshape(loss_fn(flat_logits), tf.shape(labels))
+    if label_smoothing == 0:
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    vocab = tf.cast(tf.shape(logits)[-1], tf.float32)
+    target = tf.one_hot(labels, tf.shape(logits)[-1], on_value=1.0 - label_smoothing,
+                        off_value=label_smoothing / (vocab - 1.0), dtype=tf.float32)
+    return tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)
 
 
 def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing=0.0, training=False):
