@@ -16,7 +16,7 @@ import os
 
 import keras
 
-from opennmt_lite import checkpoints
+from opennmt_lite import checkpoints, cpu
 from opennmt_lite.config import ConfigError
 from opennmt_lite.data import EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
@@ -250,9 +250,11 @@ def trainer(config, with_evaluation=None):
 
     config.check_training()
     train = config.train
+    sub_batches = train.sub_batches or cpu.default_sub_batches(train.num_devices,
+                                                               train.jit_compile)
     # First, before TensorFlow starts: thread pools for sub-batches, and the CPU may have to be
     # split into logical devices.
-    configure_threads(train.sub_batches)
+    configure_threads(sub_batches)
     strategy = make_strategy(train.num_devices)
     prepare_model_dir(config.model_dir)
     warn_surprises(train, strategy.num_replicas_in_sync if strategy else 1)
@@ -268,7 +270,7 @@ def trainer(config, with_evaluation=None):
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
         average_loss_in_time=config.params.average_loss_in_time,
-        jit_compile=train.jit_compile, strategy=strategy, sub_batches=train.sub_batches,
+        jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
     if config.with_evaluation if with_evaluation is None else with_evaluation:

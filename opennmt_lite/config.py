@@ -186,7 +186,8 @@ class TrainConfig:
     save_summary_steps: int = key("int", 100, minimum=1)
     mixed_precision: str = key("str", "false", choices=tuple(MIXED_PRECISION_POLICIES))
     jit_compile: bool = key("bool", False)
-    sub_batches: int = key("int", 1, minimum=1)
+    # None: chosen for the CPU at start-up (opennmt_lite.cpu.default_sub_batches).
+    sub_batches: int = key("int", None, minimum=1)
     seed: int = key("int", 1234)
     num_devices: int = key("int", 1, minimum=1)
     single_pass: bool = key("bool", False)

@@ -8,6 +8,12 @@ layers multiply bfloat16 operands in float32 and round the result once (`FLOAT32
 `opennmt_lite.layers.common.matmul`); CPUs with native bfloat16 arithmetic, and GPUs, keep the
 bfloat16 op (`NATIVE`). The environment variable OPENNMT_LITE_BF16_MATMUL=native|float32 forces
 either path (tests use it to run both on any host).
+
+It also chooses `train.sub_batches` when the config leaves it unset (`default_sub_batches`):
+without AVX-512, TensorFlow runs its own Eigen kernels instead of oneDNN's, and splitting every
+small op over both cores costs more there; two single-threaded passes side by side measured
++14 % training throughput on a 2-core AVX2 EPYC (docs/performance.md), against +4 % (for
+0.25 GB more memory) on AVX-512 hosts, where it stays 1.
 """
 
 import dataclasses
@@ -105,6 +111,34 @@ def _log_choice(path, reason):
            else "in float32, rounded to bfloat16")
     logger.info("CPU: %s; bfloat16 matrix products: %s (%s)",
                 cpu_features().describe(), how, reason)
+
+
+def _gpu_present():
+    import tensorflow as tf
+
+    # Physical devices: listing them does not start TensorFlow's runtime, so the thread pools can
+    # still be configured afterwards.
+    return bool(tf.config.list_physical_devices("GPU"))
+
+
+def default_sub_batches(num_devices=1, jit_compile=False):
+    """`train.sub_batches` when the config does not set it: 2 on a CPU with at least 2 cores and
+    no AVX-512, training on one device without XLA and without a GPU; 1 otherwise. Logged."""
+    features = cpu_features()
+    if num_devices > 1 or jit_compile:
+        value, reason = 1, "several devices" if num_devices > 1 else "train.jit_compile"
+    elif (os.cpu_count() or 1) < 2:
+        value, reason = 1, "one core"
+    elif not features.flags:
+        value, reason = 1, "instruction sets unknown"
+    elif features.avx512:
+        value, reason = 1, "AVX-512 CPU (oneDNN kernels)"
+    elif _gpu_present():
+        value, reason = 1, "GPU"
+    else:
+        value, reason = 2, "no AVX-512: two single-threaded passes side by side are faster"
+    logger.info("CPU: %s; train.sub_batches unset: %d (%s)", features.describe(), value, reason)
+    return value
 
 
 def bfloat16_matmul_path():

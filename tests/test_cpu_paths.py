@@ -104,6 +104,44 @@ def test_default_path_follows_the_hardware(monkeypatch):
     assert cpu.bfloat16_matmul_path() == (cpu.NATIVE if native else cpu.FLOAT32)
 
 
+@pytest.mark.parametrize("info, cores, gpu, devices, jit, expected", [
+    (EPYC, 2, False, 1, False, 2),            # AVX2 only: two single-threaded passes
+    (EPYC, 16, False, 1, False, 2),
+    (EPYC, 1, False, 1, False, 1),            # one core: nothing to run side by side
+    (EPYC, 2, True, 1, False, 1),             # a GPU trains
+    (EPYC, 2, False, 2, False, 1),            # several replicas
+    (EPYC, 2, False, 1, True, 1),             # XLA
+    (COOPER_LAKE, 2, False, 1, False, 1),     # AVX-512: oneDNN kernels, +4 % for 0.25 GB
+    (SKYLAKE, 2, False, 1, False, 1),
+    ("", 2, False, 1, False, 1),              # unknown instruction sets
+])
+def test_default_sub_batches_follow_the_cpu(monkeypatch, caplog, info, cores, gpu, devices, jit,
+                                            expected):
+    monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo(info))
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: cores)
+    monkeypatch.setattr(cpu, "_gpu_present", lambda: gpu)
+    with caplog.at_level(logging.INFO, logger="opennmt_lite"):
+        assert cpu.default_sub_batches(devices, jit) == expected
+    line = next(r.getMessage() for r in caplog.records if "train.sub_batches unset" in r.getMessage())
+    assert f"unset: {expected} (" in line and cpu.parse_cpuinfo(info).describe() in line
+
+
+@pytest.mark.parametrize("info, configured, expected", [(EPYC, None, 2), (COOPER_LAKE, None, 1),
+                                                        (EPYC, 1, 1), (COOPER_LAKE, 3, 3)])
+def test_the_trainer_takes_the_cpu_choice_only_when_unset(tmp_path, monkeypatch, info, configured,
+                                                          expected):
+    from training_helpers import TINY_MODEL, training_config
+    from opennmt_lite import build
+
+    monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo(info))
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu, "_gpu_present", lambda: False)
+    train = {"max_step": 1} if configured is None else {"max_step": 1, "sub_batches": configured}
+    trainer = build.trainer(training_config(tmp_path, model=TINY_MODEL, train=train),
+                            with_evaluation=False)
+    assert trainer.train_step.sub_batches == expected
+
+
 def matmul_dtypes(path, monkeypatch, dtype):
     """The dtypes of the MatMul ops a traced `matmul` on `dtype` operands runs under `path`."""
     monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
