@@ -110,10 +110,7 @@ def main(argv=None):
                         help="opennmt-lite variants to run (OpenNMT-tf runs float32)")
     parser.add_argument("--jit", action="store_true",
                         help="opennmt-lite: tf.function(jit_compile=True)")
-    parser.add_argument(
-        "--lite-baseline", metavar="DIR",
-        help="another opennmt-lite checkout (e.g. `git worktree add /tmp/base <commit>`): one "
-             "more side per dtype, run by that checkout's own worker")
+    harness.add_lite_baseline_argument(parser)
     args = parser.parse_args(argv)
     if args.worker == "lite":
         return lite_worker(args)
@@ -126,16 +123,17 @@ def main(argv=None):
               "--checkpoint", checkpoint, "--repeats", str(args.repeats)]
     common += ["--batches", args.batches] if args.batches else []
     sides = []
+    # (checkout, worker script): this one, and --lite-baseline's own worker
     checkouts = [(None, os.path.abspath(__file__))]
     if args.lite_baseline:
-        checkouts.append((harness.git_commit(args.lite_baseline)[:8],
-                          os.path.join(os.path.abspath(args.lite_baseline), "bench",
-                                       "bench_encoder.py")))
+        checkouts.append((args.lite_baseline, os.path.join(
+            os.path.abspath(args.lite_baseline), "bench", "bench_encoder.py")))
     for dtype in args.lite_dtypes if args.only != "onmt" else []:
-        for commit, worker in checkouts:
+        for checkout, worker in checkouts:
             command = [sys.executable, worker, "--worker", "lite",
                        "--dtype", dtype, *common] + (["--jit"] if args.jit else [])
-            name = lite_side(dtype) if commit is None else f"{LITE}@{commit} ({dtype})"
+            name = lite_side(dtype) if checkout is None else harness.lite_checkout_side(
+                checkout, dtype)
             sides.append(harness.Side(name, lambda index, c=command: c,
                                       "bfloat16" if dtype == "mixed_bfloat16" else "float32"))
     if args.only != "lite":
@@ -150,7 +148,7 @@ def main(argv=None):
     peak = {} if args.no_mfu else harness.measure_peak_flops(("float32", "bfloat16"))
     baseline = ONMT
     if args.only == "lite" and args.lite_baseline:
-        baseline = f"{LITE}@{checkouts[1][0]} ({args.lite_dtypes[0]})"
+        baseline = harness.lite_checkout_side(args.lite_baseline, args.lite_dtypes[0])
     runs, summary = harness.compare(
         sides, args.runs, ["tokens_per_sec", "padded_tokens_per_sec"], session.run_dir,
         timeout=args.timeout, baseline=baseline, flops_per_token=flops, peak=peak)

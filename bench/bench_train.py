@@ -175,10 +175,7 @@ def main(argv=None):
     parser.add_argument("--lite-extra", default="",
                         help='opennmt-lite config overrides, e.g. "train.jit_compile=true"')
     parser.add_argument("--keep-model-dirs", action="store_true")
-    parser.add_argument(
-        "--lite-baseline", metavar="DIR",
-        help="another opennmt-lite checkout (e.g. `git worktree add /tmp/base <commit>`): one "
-             "more side per dtype, and the baseline of the ratios with --only lite")
+    harness.add_lite_baseline_argument(parser)
     parser.add_argument(
         "--statistic", choices=("median", "mean"), default="median",
         help="per run: median of the kept reports, or their time-weighted mean (total tokens / "
@@ -218,7 +215,7 @@ def main(argv=None):
         peak_dtype = "bfloat16" if "bfloat16" in dtype else "float32"
         sides.append(training_side(lite_side(dtype), config, peak_dtype=peak_dtype, **options))
         if args.lite_baseline:
-            name = f"{LITE}@{harness.git_commit(args.lite_baseline)[:8]} ({dtype})"
+            name = harness.lite_checkout_side(args.lite_baseline, dtype)
             configs[name] = config
             entry = os.path.join(os.path.abspath(args.lite_baseline), "run.py")
             sides.append(training_side(name, config, peak_dtype=peak_dtype, lite_entry=entry,

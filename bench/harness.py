@@ -240,6 +240,21 @@ def gpu_info():
             for line in output.splitlines() if line.strip()]
 
 
+def add_lite_baseline_argument(parser):
+    """`--lite-baseline DIR`: another opennmt-lite checkout run as one more side per dtype."""
+    parser.add_argument(
+        "--lite-baseline", metavar="DIR",
+        help="another opennmt-lite checkout (e.g. `git worktree add /tmp/base <commit>`): one "
+             "more side per dtype, run by that checkout's own code, and the baseline of the "
+             "ratios with --only lite")
+
+
+def lite_checkout_side(directory, dtype):
+    """The side name of the opennmt-lite checkout at `directory` in `dtype`, e.g.
+    "opennmt-lite@4c243dfb (float32)"."""
+    return f"{LITE}@{git_commit(directory)[:8]} ({dtype})"
+
+
 def git_commit(directory=ROOT):
     """HEAD of the checkout at `directory`, with "+dirty" when tracked files differ from it."""
     def git(*args):

@@ -63,6 +63,7 @@ class ReportRecorder(logging.Handler):
         self.profile_dir = profile_dir
         self.profile_after = profile_after
         self.profiling = False
+        self.profiled = None  # (first step, last step, wall seconds) once recorded
 
     def profile(self, step):
         """Starts the profiler at the report of step `profile_after`, stops it at the next one
@@ -197,8 +198,7 @@ def main(argv=None):
         peak_rss_self_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     )
     if args.profile_dir:
-        # (first step, last step, wall seconds) of the profiled window
-        result["profiled"] = getattr(recorder, "profiled", None)
+        result["profiled"] = recorder.profiled
     if kept:
         result.update(
             tokens_per_sec=statistics.median(r["tokens_per_sec"] for r in kept),

@@ -95,6 +95,18 @@ def benchmark_config(cache_dir, model_dir, dtype):
     return dict(bench_train.lite_config(common, dtype), model_dir=model_dir)
 
 
+def benchmark_trainer(cache_dir, model_dir, dtype, overrides=""):
+    """(trainer, iterator of step groups) of the training benchmark, `overrides` applied
+    ("train.sub_batches=2 ..."): one group of batches per replica, as Trainer.run reads them."""
+    import tensorflow as tf
+
+    config = benchmark_config(cache_dir, model_dir, dtype)
+    for key, value in harness.parse_overrides(overrides):
+        harness.set_dotted(config, key, value)
+    trainer = harness.lite_trainer(config)
+    return trainer, iter(tf.data.Dataset.zip(tuple(t.dataset() for t in trainer.training_inputs)))
+
+
 def profile_lite(args, paths):
     """-> (events, wall seconds per step, steps) of `--steps` steps of opennmt-lite, in this process."""
     sys.path.insert(0, os.path.abspath(args.code_root))
@@ -102,10 +114,8 @@ def profile_lite(args, paths):
 
     work = tempfile.mkdtemp(prefix="profile_step_")
     try:
-        trainer = harness.lite_trainer(benchmark_config(
-            paths["cache_dir"], os.path.join(work, "model"), args.dtype))
-        # One group of batches per replica, as Trainer.run reads them.
-        groups = iter(tf.data.Dataset.zip(tuple(t.dataset() for t in trainer.training_inputs)))
+        trainer, groups = benchmark_trainer(paths["cache_dir"], os.path.join(work, "model"),
+                                            args.dtype)
         for _ in range(args.warmup):
             trainer.train_step(next(groups))
         logdir = os.path.join(work, "trace")

@@ -24,23 +24,16 @@ ROOT = os.path.abspath(os.environ.get("CODE_ROOT")
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, ROOT)
 
-import harness  # noqa: E402
 import prepare  # noqa: E402
 import profile_step  # noqa: E402
 
 
 def main():
-    import tensorflow as tf
-
     steps, warm = int(os.environ.get("STEPS", "5")), int(os.environ.get("WARM", "2"))
     paths = prepare.prepare(os.path.join(ROOT, "runs", "bench_cache"))
-    model_dir = os.path.join(tempfile.mkdtemp(), "model")
-    config = profile_step.benchmark_config(paths["cache_dir"], model_dir,
-                                           os.environ.get("DTYPE", "float32"))
-    for key, value in harness.parse_overrides(os.environ.get("EXTRA", "")):
-        harness.set_dotted(config, key, value)
-    trainer = harness.lite_trainer(config)
-    groups = iter(tf.data.Dataset.zip(tuple(t.dataset() for t in trainer.training_inputs)))
+    trainer, groups = profile_step.benchmark_trainer(
+        paths["cache_dir"], os.path.join(tempfile.mkdtemp(), "model"),
+        os.environ.get("DTYPE", "float32"), os.environ.get("EXTRA", ""))
     first = next(groups) if os.environ.get("STEADY") else None
     group = (lambda: first) if first is not None else (lambda: next(groups))
     warm_seconds = []

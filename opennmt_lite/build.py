@@ -227,12 +227,8 @@ def warn_surprises(train, num_replicas=1):
             train.batch_size, f" x {num_replicas} replicas" if num_replicas > 1 else "", per_step,
             train.batch_type)
     if train.dtype_policy == "mixed_bfloat16":
-        import tensorflow as tf
-
-        from opennmt_lite.cpu import cpu_features
-
-        features = cpu_features()
-        if not features.native_bfloat16 and not tf.config.list_physical_devices("GPU"):
+        features = cpu.cpu_features()
+        if not features.native_bfloat16 and not cpu.gpu_present():
             logger.warning(
                 "train.mixed_precision: bfloat16 on a CPU without bfloat16 instructions (%s): "
                 "expect it to be slower than float32 (0.66x measured on an AVX2 CPU); "

@@ -113,11 +113,11 @@ def _log_choice(path, reason):
                 cpu_features().describe(), how, reason)
 
 
-def _gpu_present():
+def gpu_present():
+    """Whether TensorFlow finds a GPU. Physical devices: listing them does not start TensorFlow's
+    runtime, so the thread pools can still be configured afterwards."""
     import tensorflow as tf
 
-    # Physical devices: listing them does not start TensorFlow's runtime, so the thread pools can
-    # still be configured afterwards.
     return bool(tf.config.list_physical_devices("GPU"))
 
 
@@ -133,7 +133,7 @@ def default_sub_batches(num_devices=1, jit_compile=False):
         value, reason = 1, "instruction sets unknown"
     elif features.avx512:
         value, reason = 1, "AVX-512 CPU (oneDNN kernels)"
-    elif _gpu_present():
+    elif gpu_present():
         value, reason = 1, "GPU"
     else:
         value, reason = 2, "no AVX-512: two single-threaded passes side by side are faster"

@@ -119,7 +119,7 @@ def test_default_sub_batches_follow_the_cpu(monkeypatch, caplog, info, cores, gp
                                             expected):
     monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo(info))
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: cores)
-    monkeypatch.setattr(cpu, "_gpu_present", lambda: gpu)
+    monkeypatch.setattr(cpu, "gpu_present", lambda: gpu)
     with caplog.at_level(logging.INFO, logger="opennmt_lite"):
         assert cpu.default_sub_batches(devices, jit) == expected
     line = next(r.getMessage() for r in caplog.records if "train.sub_batches unset" in r.getMessage())
@@ -135,7 +135,7 @@ def test_the_trainer_takes_the_cpu_choice_only_when_unset(tmp_path, monkeypatch,
 
     monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo(info))
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(cpu, "_gpu_present", lambda: False)
+    monkeypatch.setattr(cpu, "gpu_present", lambda: False)
     train = {"max_step": 1} if configured is None else {"max_step": 1, "sub_batches": configured}
     trainer = build.trainer(training_config(tmp_path, model=TINY_MODEL, train=train),
                             with_evaluation=False)
