@@ -107,6 +107,9 @@ def prepare():
     paths = {"savedmodel": os.path.join(cache, "savedmodel-beam4"),
              "ct2-float32": os.path.join(cache, "ct2-float32"),
              "ct2-int8": os.path.join(cache, "ct2-int8")}
+    from opennmt_lite.inference.decoding import DecodingOptions
+
+    options = DecodingOptions(**OPTIONS)
     assets = build.assets(config.data)
     if not all(os.path.isdir(p) for p in paths.values()):
         model, assets, _ = build.inference_model(config)
@@ -114,9 +117,9 @@ def prepare():
             if os.path.isdir(path):
                 continue
             if side == "savedmodel":
-                saved_model.export_model(model, assets, OPTIONS, config.data, path)
+                saved_model.export_model(model, assets, options, config.data, path)
             else:
-                ctranslate2.export_model(model, assets, OPTIONS, config.data, path,
+                ctranslate2.export_model(model, assets, options, config.data, path,
                                          quantization=side.split("-")[1])
     with open(SENTENCES, encoding="utf-8") as f:
         sentences = [line.split() for line in f]
@@ -147,7 +150,7 @@ def prepare():
     # in a file, so that the CTranslate2 worker imports neither opennmt_lite nor TensorFlow.
     ct2_arguments = os.path.join(cache, "ct2_arguments.json")
     with open(ct2_arguments, "w") as f:
-        json.dump(translate_options(OPTIONS), f)
+        json.dump(translate_options(options), f)
     print(json.dumps(dict(paths=paths, batches=batches, latency=latency, benchmark=benchmark,
                           ct2_arguments=ct2_arguments,
                           sizes={side: directory_size(p) for side, p in paths.items()})))

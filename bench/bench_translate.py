@@ -36,8 +36,8 @@ when the translations are.
 OpenNMT-tf side: bench/onmt_translate.py (`tf.function(model.infer)` with the beam search params,
 as `onmt-main infer` runs it). opennmt-lite side (this file, `--worker lite`):
 `Transformer(**model)`, `load_onmt_model(checkpoint, model)`,
-`opennmt_lite.inference.decoding.translation_function(model, beam_width=4, n_best=1,
-length_penalty=0, maximum_decoding_length=250)` (a tf.function over [None, None] int32 ids and
+`opennmt_lite.inference.decoding.translation_function(model, DecodingOptions(beam_width=4,
+n_best=1, length_penalty=0, maximum_decoding_length=250))` (a tf.function over [None, None] int32 ids and
 [None] int32 lengths). Without --checkpoint the worker uses seeded random weights (bench/gpu.py).
 """
 
@@ -94,11 +94,14 @@ def lite_worker(args):
         benchmark["model"], stats["sentencepiece"]["en"]["vocabulary_size_with_oov"],
         stats["sentencepiece"]["de"]["vocabulary_size_with_oov"],
         dtype=args.dtype, checkpoint=args.checkpoint)
-    from opennmt_lite.inference.decoding import translation_function  # (lite_model: on sys.path)
+    from opennmt_lite.inference import decoding  # (lite_model: on sys.path)
 
     options = dict(beam_width=args.beam_width, n_best=1, length_penalty=args.length_penalty,
                    maximum_decoding_length=args.maximum_decoding_length)
-    translate = translation_function(model, **options)
+    if hasattr(decoding, "DecodingOptions"):
+        translate = decoding.translation_function(model, decoding.DecodingOptions(**options))
+    else:  # a checkout from before DecodingOptions (--lite-baseline)
+        translate = decoding.translation_function(model, **options)
     batches = prepare.load_batches(args.batches)[: args.max_batches]
     tensors = [(tf.constant(ids.astype(np.int32)), tf.constant(length.astype(np.int32)))
                for ids, length, _ in batches]

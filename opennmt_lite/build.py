@@ -11,6 +11,7 @@ starts, and the dtype policy before the model is built (see `trainer`).
 
 import collections
 import contextlib
+import dataclasses
 import logging
 import os
 
@@ -206,14 +207,18 @@ def inference_input(features_file, infer_config, assets):
 
 
 def evaluator(config, transformer, assets, current_step=0):
-    """The periodic evaluator of a training run (validation loss, scorers, early stopping)."""
-    from opennmt_lite.training.evaluation import Evaluator
+    """The periodic evaluator of a training run (validation loss, scorers, early stopping);
+    its translations are greedy (beam 1), bounded by params.maximum_decoding_length."""
+    from opennmt_lite.inference.decoding import DecodingOptions
+    from opennmt_lite.inference.evaluation import Evaluator
 
     return Evaluator(
         transformer, assets, evaluation_input(config.data, config.eval, assets),
         references_file=config.data.eval_labels_file, eval_config=config.eval,
         directory=os.path.join(config.model_dir, "eval"),
-        maximum_decoding_length=config.params.maximum_decoding_length, current_step=current_step,
+        options=DecodingOptions(beam_width=1,
+                                maximum_decoding_length=config.params.maximum_decoding_length),
+        current_step=current_step,
     )
 
 
@@ -276,19 +281,21 @@ def trainer(config, with_evaluation=None):
 
 
 def decoding_options(params, infer_config, beam_width=None, n_best=None):
-    """The keyword arguments of `inference.decoding.translate` from the `params` and `infer`
-    sections; `beam_width` / `n_best` (command-line values) override them."""
-    beam_width = beam_width or params.beam_width
-    n_best = n_best or infer_config.n_best
-    if n_best > beam_width:
-        raise ConfigError(f"n_best ({n_best}) cannot exceed the beam width ({beam_width})")
-    return dict(
-        beam_width=beam_width,
-        length_penalty=params.length_penalty,
-        n_best=n_best,
-        maximum_decoding_length=params.maximum_decoding_length,
-        minimum_decoding_length=params.minimum_decoding_length,
-    )
+    """The `DecodingOptions` of the `params` and `infer` sections (each option is the key of the
+    same name, `n_best` in `infer`, the others in `params`); `beam_width` / `n_best` (command-line
+    values) override them."""
+    from opennmt_lite.inference.decoding import DecodingOptions
+
+    overrides = {"beam_width": beam_width, "n_best": n_best}
+    values = {}
+    for field in dataclasses.fields(DecodingOptions):
+        section = infer_config if field.name == "n_best" else params
+        given = overrides.get(field.name)
+        values[field.name] = getattr(section, field.name) if given is None else given
+    if values["n_best"] > values["beam_width"]:
+        raise ConfigError(f"n_best ({values['n_best']}) cannot exceed the beam width "
+                          f"({values['beam_width']})")
+    return DecodingOptions(**values)
 
 
 def inference_model(config, checkpoint=None, required=True):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from opennmt_lite import build
-from opennmt_lite.training.evaluation import early_stop
+from opennmt_lite.inference.evaluation import early_stop
 from training_helpers import TINY_MODEL, training_config
 
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import ONMT_FIXTURE
 from opennmt_lite.config import load_config
 from opennmt_lite.export.saved_model import export_model
-from opennmt_lite.inference.decoding import translation_function
+from opennmt_lite.inference.decoding import DecodingOptions, translation_function
 from opennmt_lite import build
 
 CONFIG = ONMT_FIXTURE.parent / "onmt_fixture.yml"
@@ -81,7 +81,7 @@ def test_savedmodel_in_fresh_process_matches_in_process_model(exported, tmp_path
     real = np.arange(ids.shape[1])[None, :] < np.array(lengths)[:, None]
     assert np.abs(np.array(served["outputs"])[real] - encoded[real]).max() <= 1e-5
 
-    decode = translation_function(model, beam_width=4, n_best=1)
+    decode = translation_function(model, DecodingOptions(beam_width=4, n_best=1))
     result = decode(ids, np.array(lengths, np.int32))
     for row in range(len(sentences)):
         length = int(result.lengths[row, 0])

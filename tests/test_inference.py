@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opennmt_lite.inference.decoding import DecodingResult, dynamic_decode, translate, translation_function
+from opennmt_lite.inference.decoding import (
+    DecodingOptions, DecodingResult, dynamic_decode, translate, translation_function)
 from opennmt_lite.models import Transformer
 
 PAD, BOS, EOS, A, B, C = 0, 1, 2, 3, 4, 5
@@ -26,14 +27,16 @@ VOCAB = 6
 SOURCE_TIME = 6
 
 
-def greedy_search(model, source_ids, source_length, **options):
+def greedy_search(model, source_ids, source_length, return_attention=False, **options):
     """`translate` with beam_width 1 (greedy search)."""
-    return translate(model, source_ids, source_length, beam_width=1, **options)
+    return translate(model, source_ids, source_length, DecodingOptions(beam_width=1, **options),
+                     return_attention)
 
 
-def beam_search(model, source_ids, source_length, beam_width=4, **options):
+def beam_search(model, source_ids, source_length, beam_width=4, return_attention=False, **options):
     """`translate` with a beam (4 by default)."""
-    return translate(model, source_ids, source_length, beam_width=beam_width, **options)
+    return translate(model, source_ids, source_length,
+                     DecodingOptions(beam_width=beam_width, **options), return_attention)
 
 
 def rules(table, default=None):
@@ -185,7 +188,8 @@ def test_greedy_ignores_the_length_penalty():
     model = StubModel([LENGTH])
     greedy = greedy_search(model, *sources(0))
     check(greedy, [[[A]]], [[log(0.44)]])
-    check(translate(model, *sources(0), beam_width=1, length_penalty=2.0), [[[A]]], [[log(0.44)]])
+    check(translate(model, *sources(0), DecodingOptions(beam_width=1, length_penalty=2.0)),
+          [[[A]]], [[log(0.44)]])
 
 
 QUIRK = rules({(): {A: 0.5, EOS: 0.4, B: 0.1}, (A,): {A: 0.5, B: 0.3, EOS: 0.2}, (A, A): {EOS: 0.9, A: 0.1}})
@@ -329,13 +333,13 @@ def test_invalid_options():
     with pytest.raises(ValueError, match="n_best"):
         beam_search(model, *sources(0), beam_width=2, n_best=3)
     with pytest.raises(ValueError, match="beam_width"):
-        translate(model, *sources(0), beam_width=0)
+        translate(model, *sources(0), DecodingOptions(beam_width=0))
     with pytest.raises(ValueError, match="maximum_decoding_length"):
         greedy_search(model, *sources(0), maximum_decoding_length=-1)
     with pytest.raises(ValueError, match="minimum_decoding_length"):
         greedy_search(model, *sources(0), minimum_decoding_length=1.5)
     with pytest.raises(ValueError, match="n_best"):
-        dynamic_decode(lambda *args: None, {"layers": []}, 1, beam_width=1, n_best=2)
+        dynamic_decode(lambda *args: None, {"layers": []}, 1, DecodingOptions(beam_width=1, n_best=2))
 
 
 # A small random Transformer: the real decoder under the edge cases.
@@ -350,8 +354,9 @@ def small_transformer():
 
 def test_transformer_empty_batch_and_zero_length_source():
     model = small_transformer()
-    decode = translation_function(model, beam_width=3, n_best=2, maximum_decoding_length=6,
-                                  return_attention=True)
+    decode = translation_function(
+        model, DecodingOptions(beam_width=3, n_best=2, maximum_decoding_length=6),
+        return_attention=True)
     empty = decode(tf.zeros([0, 0], tf.int32), tf.zeros([0], tf.int32))
     assert empty.ids.shape == (0, 2, 0) and empty.log_probs.shape == (0, 2)
     empty = beam_search(model, np.zeros([0, 5], np.int32), np.zeros([0], np.int32), beam_width=3)

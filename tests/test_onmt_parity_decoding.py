@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ONMT_FIXTURE
-from opennmt_lite.inference.decoding import translation_function
+from opennmt_lite.inference.decoding import DecodingOptions, translation_function
 from test_inference import greedy_search
 from opennmt_lite.models import Transformer
 from opennmt_lite.onmt.checkpoint_import import load_onmt_model
@@ -56,7 +56,8 @@ def batches(source_vocab, name):
 def translate_file(fixture, source_name, **options):
     """[(score, "pieces", length)] in OpenNMT-tf's output order (n_best lines per source)."""
     model, source_vocab, target_vocab = fixture
-    translate = translation_function(model, maximum_decoding_length=MAXIMUM_DECODING_LENGTH, **options)
+    translate = translation_function(
+        model, DecodingOptions(maximum_decoding_length=MAXIMUM_DECODING_LENGTH, **options))
     lines = []
     for ids, lengths in batches(source_vocab, source_name):
         result = translate(ids, lengths)
@@ -117,7 +118,7 @@ def test_translations_match_opennmt(fixture, subset, beam_width, n_best, tag, re
 def test_greedy_in_tf_function_equals_eager(fixture):
     model, source_vocab, _ = fixture
     ids, lengths = next(batches(source_vocab, "test.first8.tok.en"))
-    traced = translation_function(model, beam_width=1)(ids, lengths)
+    traced = translation_function(model, DecodingOptions(beam_width=1))(ids, lengths)
     eager = greedy_search(model, ids, lengths)
     np.testing.assert_array_equal(traced.ids.numpy(), eager.ids.numpy())
     np.testing.assert_array_equal(traced.lengths.numpy(), eager.lengths.numpy())
@@ -132,7 +133,8 @@ def test_beam_attention_and_scores_match_teacher_forcing(fixture):
     finished hypothesis another slot's score."""
     model, source_vocab, _ = fixture
     ids, lengths = next(batches(source_vocab, "test.first100.tok.en"))
-    result = translation_function(model, beam_width=4, n_best=4, return_attention=True)(ids, lengths)
+    result = translation_function(model, DecodingOptions(beam_width=4, n_best=4),
+                                  return_attention=True)(ids, lengths)
     batch, n_best, time = result.ids.shape
     flat_ids = tf.reshape(result.ids, [batch * n_best, time]).numpy()
     flat_lengths = tf.reshape(result.lengths, [-1]).numpy()

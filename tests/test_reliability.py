@@ -473,8 +473,8 @@ def test_a_line_that_does_not_fit_in_memory_is_reported_and_the_rest_translated(
 
     real = translate.translation_function
 
-    def running_out_of_memory(model, **options):
-        decode = real(model, **options)
+    def running_out_of_memory(model, options):
+        decode = real(model, options)
 
         def run(source_ids, source_length):
             if int(np.max(source_length)) > 30:

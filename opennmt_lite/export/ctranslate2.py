@@ -19,6 +19,7 @@ The directory also holds the SentencePiece models (`source.model`, `target.model
 (the `translate_batch` arguments that reproduce `run.py infer`) and a README.md.
 """
 
+import dataclasses
 import json
 import logging
 import os
@@ -240,7 +241,7 @@ def _copy_tokenizers(data, directory):
 def _write_decoding_files(directory, name, options, quantization, tokenizers, unk_token):
     arguments = translate_options(options)
     with open(os.path.join(directory, "decoding.json"), "w", encoding="utf-8") as f:
-        json.dump({"translate_batch": arguments, "opennmt_lite_options": dict(options),
+        json.dump({"translate_batch": arguments, "opennmt_lite_options": dataclasses.asdict(options),
                    "quantization": quantization or "float32", "tokenizers": tokenizers},
                   f, indent=2, sort_keys=True)
         f.write("\n")

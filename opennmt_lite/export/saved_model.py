@@ -129,7 +129,7 @@ def export_model(model, assets, options, data, output_dir, maximum_source_length
 
     def translate_tokens(tokens, length):
         ids, length = source_ids(tokens, length)
-        result = translate(model, ids, length, **options)
+        result = translate(model, ids, length, options)
         pieces = target_to_token.lookup(tf.cast(result.ids, tf.int64))
         mask = tf.sequence_mask(result.lengths, maxlen=tf.shape(result.ids)[2])
         pieces = tf.where(mask, pieces, tf.constant("", tf.string))

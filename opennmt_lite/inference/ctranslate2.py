@@ -21,18 +21,18 @@ from opennmt_lite.errors import ArgumentError, MissingFileError
 
 
 def translate_options(options):
-    """`translate_batch` keyword arguments that decode as opennmt-lite does with `options`
-    (build.decoding_options)."""
-    beam = options["beam_width"]
+    """`translate_batch` keyword arguments that decode as opennmt-lite does with `options` (a
+    DecodingOptions): each of its fields has its CTranslate2 equivalent here."""
+    beam = options.beam_width
     return dict(
         beam_size=beam,
-        num_hypotheses=options["n_best"],
+        num_hypotheses=options.n_best,
         # OpenNMT-tf ranks beams by score / ((5 + length) / 6) ** alpha at every step;
         # CTranslate2 divides finished hypotheses by length ** alpha. Identical only for 0, and
         # greedy search never uses a penalty.
-        length_penalty=0.0 if beam == 1 else float(options["length_penalty"]),
-        max_decoding_length=int(options["maximum_decoding_length"]),
-        min_decoding_length=int(options["minimum_decoding_length"]),
+        length_penalty=0.0 if beam == 1 else float(options.length_penalty),
+        max_decoding_length=int(options.maximum_decoding_length),
+        min_decoding_length=int(options.minimum_decoding_length),
         max_input_length=0,
         return_scores=True,
     )

@@ -2,9 +2,16 @@
 
 Entry points:
 
-    translate(model, source_ids, source_length, beam_width=1, ...)  -> DecodingResult
+    options = DecodingOptions(beam_width=4, n_best=1, ...)   validated once, when made
+    translate(model, source_ids, source_length, options)  -> DecodingResult
         (beam_width 1 is greedy search, > 1 beam search)
-    translation_function(model, ...)  a tf.function over ([None, None] int32, [None] int32)
+    translation_function(model, options)  a tf.function over ([None, None] int32, [None] int32)
+
+`DecodingOptions` is the one carrier of how to decode: `build.decoding_options` makes it from the
+config (`params`, `infer`, command-line overrides), and `infer`, evaluation, the SavedModel and
+the CTranslate2 export and decoding (`inference/ctranslate2.py: translate_options`) all take it.
+A new decoding option is a field here (with its check and its use in the loop), its key in
+`config.py`, and its CTranslate2 equivalent in `inference/ctranslate2.py`.
 
 `model` needs `encode(ids, length)`, `target_inputter(ids)` and a `decoder` with
 `initial_state(memory, length)` and `step(inputs, step, state)` (see opennmt_lite.models).
@@ -49,7 +56,7 @@ float32 when requested (the alignment vector that produced each returned token; 
 the end), else None.
 """
 
-import inspect
+import dataclasses
 import typing
 
 import numpy as np
@@ -70,55 +77,55 @@ class DecodingResult(typing.NamedTuple):
     attention: typing.Optional[tf.Tensor] = None
 
 
-def translate(
-    model,
-    source_ids,
-    source_length,
-    beam_width=1,
-    length_penalty=0.0,
-    n_best=1,
-    maximum_decoding_length=250,
-    minimum_decoding_length=0,
-    return_attention=False,
-):
-    """Encodes `source_ids` [batch, src_time] / `source_length` [batch] and decodes.
+@dataclasses.dataclass(frozen=True)
+class DecodingOptions:
+    """How to decode, OpenNMT-tf's `params`/`infer` keys of the same names; checked when made.
 
-    beam_width 1 is greedy search (length_penalty is then ignored, as in OpenNMT-tf).
+    beam_width 1 is greedy search (length_penalty is then ignored, as in OpenNMT-tf); n_best
+    hypotheses are returned per source (at most beam_width); maximum_decoding_length bounds the
+    steps (`</s>` included), minimum_decoding_length forbids `</s>` before that many steps.
     """
-    _check_options(beam_width, n_best, maximum_decoding_length, minimum_decoding_length)
+
+    beam_width: int = 1
+    length_penalty: float = 0.0
+    n_best: int = 1
+    maximum_decoding_length: int = 250
+    minimum_decoding_length: int = 0
+
+    def __post_init__(self):
+        beam_width, n_best = self.beam_width, self.n_best
+        if int(beam_width) != beam_width or beam_width < 1:
+            raise ValueError(f"beam_width must be a positive integer, got {beam_width!r}")
+        if int(n_best) != n_best or not 1 <= n_best <= beam_width:
+            raise ValueError(f"n_best must be an integer in [1, beam_width={beam_width}], got {n_best!r}")
+        for name in ("maximum_decoding_length", "minimum_decoding_length"):
+            value = getattr(self, name)
+            if int(value) != value or value < 0:
+                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+
+
+def translate(model, source_ids, source_length, options=DecodingOptions(), return_attention=False):
+    """Encodes `source_ids` [batch, src_time] / `source_length` [batch] and decodes with
+    `options` (a DecodingOptions)."""
     source_ids = tf.cast(source_ids, tf.int32)
     source_length = tf.cast(source_length, tf.int32)
     batch_size = tf.shape(source_ids)[0]
     memory = model.encode(source_ids, source_length, training=False)
     # Each sentence's beam_width copies are contiguous (OpenNMT-tf's tile_batch).
-    memory = tf.repeat(memory, beam_width, axis=0)
-    memory_length = tf.repeat(source_length, beam_width, axis=0)
+    memory = tf.repeat(memory, options.beam_width, axis=0)
+    memory_length = tf.repeat(source_length, options.beam_width, axis=0)
     state = model.decoder.initial_state(memory, memory_length)
 
     def step_fn(ids, step, state):
         return model.decoder.step(model.target_inputter(ids), step, state, training=False)
 
-    return dynamic_decode(
-        step_fn,
-        state,
-        batch_size,
-        beam_width=beam_width,
-        length_penalty=length_penalty,
-        n_best=n_best,
-        maximum_decoding_length=maximum_decoding_length,
-        minimum_decoding_length=minimum_decoding_length,
-        attention_size=tf.shape(memory)[1] if return_attention else None,
-    )
+    return dynamic_decode(step_fn, state, batch_size, options,
+                          attention_size=tf.shape(memory)[1] if return_attention else None)
 
 
-def translation_function(model, **options):
-    """`translate(model, ..., **options)` as a tf.function with input signature
+def translation_function(model, options=DecodingOptions(), return_attention=False):
+    """`translate(model, ..., options, return_attention)` as a tf.function with input signature
     ([None, None] int32 source ids, [None] int32 source lengths)."""
-    # Checked now (with translate's defaults) rather than when the function first traces.
-    bound = inspect.signature(translate).bind(model, None, None, **options)
-    bound.apply_defaults()
-    _check_options(*(bound.arguments[name] for name in (
-        "beam_width", "n_best", "maximum_decoding_length", "minimum_decoding_length")))
 
     @tf.function(
         input_signature=[
@@ -127,48 +134,25 @@ def translation_function(model, **options):
         ]
     )
     def run(source_ids, source_length):
-        return translate(model, source_ids, source_length, **options)
+        return translate(model, source_ids, source_length, options, return_attention)
 
     return run
 
 
-def _check_options(beam_width, n_best, maximum_decoding_length, minimum_decoding_length):
-    if int(beam_width) != beam_width or beam_width < 1:
-        raise ValueError(f"beam_width must be a positive integer, got {beam_width!r}")
-    if int(n_best) != n_best or not 1 <= n_best <= beam_width:
-        raise ValueError(f"n_best must be an integer in [1, beam_width={beam_width}], got {n_best!r}")
-    if int(maximum_decoding_length) != maximum_decoding_length or maximum_decoding_length < 0:
-        raise ValueError(
-            f"maximum_decoding_length must be a non-negative integer, got {maximum_decoding_length!r}"
-        )
-    if int(minimum_decoding_length) != minimum_decoding_length or minimum_decoding_length < 0:
-        raise ValueError(
-            f"minimum_decoding_length must be a non-negative integer, got {minimum_decoding_length!r}"
-        )
-
-
-def dynamic_decode(
-    step_fn,
-    initial_state,
-    batch_size,
-    beam_width=1,
-    length_penalty=0.0,
-    n_best=1,
-    maximum_decoding_length=250,
-    minimum_decoding_length=0,
-    attention_size=None,
-):
+def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions(),
+                   attention_size=None):
     """The decoding loop, independent of the model.
 
     step_fn(ids [rows], step (int32 scalar), state) -> (logits [rows, vocab], state,
     attention [rows, src_time]), with rows = batch_size * beam_width, the beams of a sentence
     contiguous. The state is the decoder's: when beams are reordered only
     `state["layers"][i]["self_kv"]` is gathered; everything else is the same for all beams.
-    attention_size: the source time (a scalar) to return the attention history, else None.
+    options: a DecodingOptions. attention_size: the source time (a scalar) to return the
+    attention history, else None.
     """
-    _check_options(beam_width, n_best, maximum_decoding_length, minimum_decoding_length)
-    beam_width = int(beam_width)
-    n_best = int(n_best)
+    beam_width = int(options.beam_width)
+    n_best = int(options.n_best)
+    length_penalty = options.length_penalty
     keep_attention = attention_size is not None
     rows = batch_size * beam_width
 
@@ -192,7 +176,7 @@ def dynamic_decode(
     def one_step(loop):
         step, finished, scores, lengths = loop["step"], loop["finished"], loop["scores"], loop["lengths"]
         logits, state, attention = step_fn(loop["ids"], step, loop["state"])
-        log_probs = _next_token_log_probs(logits, step, finished, minimum_decoding_length)
+        log_probs = _next_token_log_probs(logits, step, finished, options.minimum_decoding_length)
         vocab_size = tf.shape(log_probs)[1]
         totals = log_probs + scores[:, tf.newaxis]  # [rows, vocab]
 
@@ -246,7 +230,7 @@ def dynamic_decode(
                 history=tf.TensorShape([loop["history"].shape[0], None]),
             ),
         ),
-        maximum_iterations=maximum_decoding_length,
+        maximum_iterations=options.maximum_decoding_length,
     )
     return _finalize(loop, batch_size, beam_width, n_best)
 

@@ -25,13 +25,13 @@ MEMORY_ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
 def translate_file(model, assets, inference_input, options, progress=True):
     """-> list (file order) of lists (n_best) of (detokenized text, log_prob).
 
-    `inference_input`: a built InferenceInput; `options`: decoding options (build.decoding_options).
+    `inference_input`: a built InferenceInput; `options`: a DecodingOptions (build.decoding_options).
     A batch that does not fit in memory is translated line by line; a line that does not fit
     alone gets empty hypotheses with a -inf score and an error naming it, and the rest of the
     file is translated (as OpenNMT-tf translates every line, a file is never lost to one line).
     """
     data = inference_input
-    decode = translation_function(model, **options)
+    decode = translation_function(model, options)
     results = [None] * len(data.corpus)
     batches = data.numpy_batches()
     if progress:
@@ -47,7 +47,7 @@ def translate_file(model, assets, inference_input, options, progress=True):
                     tokens = assets.target_vocabulary.to_tokens(ids[row, k, : lengths[row, k]])
                     hypotheses.append((assets.target_tokenizer.detokenize(tokens), float(scores[row, k])))
                 results[int(index)] = hypotheses
-    n_best = options.get("n_best", 1)
+    n_best = options.n_best
     for index in failed:
         logger.error("line %d (%d tokens) could not be translated: not enough memory; its output "
                      "is empty", index + 1, int(data.corpus.source_lengths[index]))

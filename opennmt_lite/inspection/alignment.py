@@ -34,15 +34,15 @@ def given_target(tokens, vocabulary):
 
 def greedy_targets(model, source_ids, source_length, vocabulary, maximum_length):
     """The model's own greedy translations (at most `maximum_length` tokens each)."""
-    from opennmt_lite.inference.decoding import translate, translation_function
+    from opennmt_lite.inference.decoding import DecodingOptions, translate, translation_function
 
-    options = dict(beam_width=1, maximum_decoding_length=maximum_length)
+    options = DecodingOptions(beam_width=1, maximum_decoding_length=maximum_length)
     # A long loop runs as a tf.function: tracing it costs seconds, but an eager loop of 90 steps
     # through 6 layers takes minutes. A short one (the worked example) runs eagerly.
     if maximum_length * len(model.decoder.layers) > EAGER_STEPS:
-        run = translation_function(model, **options)
+        run = translation_function(model, options)
     else:
-        run = lambda ids, length: translate(model, ids, length, **options)  # noqa: E731
+        run = lambda ids, length: translate(model, ids, length, options)  # noqa: E731
     result = run(np.asarray(source_ids, np.int32), np.asarray(source_length, np.int32))
     targets = []
     for ids, length in zip(result.ids.numpy()[:, 0], result.lengths.numpy()[:, 0]):

@@ -48,10 +48,11 @@ def detokenize(ids, length, assets):
 
 class Evaluator:
     """Evaluates a model on a built `EvaluationInput` every `eval_config.steps` steps (the `eval`
-    section), writing under `directory`."""
+    section), writing under `directory`; its translations decode with `options` (a
+    DecodingOptions: build.evaluator's greedy search)."""
 
     def __init__(self, model, assets, evaluation_input, references_file, eval_config, directory,
-                 maximum_decoding_length, current_step=0):
+                 options, current_step=0):
         self.model = model
         self.assets = assets
         self.every = eval_config.steps
@@ -62,11 +63,8 @@ class Evaluator:
         os.makedirs(self.directory, exist_ok=True)
         self.input = evaluation_input
         self.references = read_lines(references_file)
-        self.maximum_decoding_length = maximum_decoding_length
         self._loss = tf.function(self._batch_loss, input_signature=[batch_signature()])
-        self._decode = translation_function(
-            model, beam_width=1, maximum_decoding_length=self.maximum_decoding_length
-        )
+        self._decode = translation_function(model, options)
         self.writer = tf.summary.create_file_writer(self.directory)
         self.history_path = os.path.join(self.directory, "history.jsonl")
         self.history = self._read_history(current_step)
