@@ -17,8 +17,8 @@ worker that runs in that command's process) and its table; this module does the 
   against the baseline side the ratios of the medians and the median of the per-round (paired)
   ratios.
 * opennmt-lite workers (TensorFlow imported lazily, in the worker's process only):
-  `lite_model`, `timed_passes`, `print_worker_result`; `lite_trainer`, the ONE place where bench/
-  uses opennmt_lite.config and opennmt_lite.build.
+  `lite_model`, `timed_passes`, `print_worker_result`; `lite_trainer`, the trainer of a
+  config dict (bench_ctranslate2.py also uses opennmt_lite.config and opennmt_lite.build).
 * `peak_matmul_flops` / `measure_peak_flops`, `training_flops_per_token`,
   `encoder_flops_per_token`: the MFU ingredients (`python bench/harness.py peak-flops`).
 
@@ -597,8 +597,9 @@ def _import_lite():
 def lite_trainer(user_config):
     """The opennmt-lite Trainer of a config dict (evaluation left out).
 
-    The ONLY use of opennmt_lite.config and opennmt_lite.build in bench/ (profile_step.py);
-    everything else trains through `python run.py train --config ...`."""
+    Used by profile_step.py (and step_time.py through it); the other training benchmarks
+    train through `python run.py train --config ...`. bench_ctranslate2.py also uses
+    opennmt_lite.config and opennmt_lite.build, to export and translate."""
     _import_lite()
     from opennmt_lite import build
     from opennmt_lite.config import build_config

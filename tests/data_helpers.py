@@ -82,3 +82,99 @@ def write_text(path, text, encoding="utf-8"):
 def read_lines_plain(path):
     with open(path, encoding="utf-8") as stream:
         return stream.read().split("\n")[:-1]
+
+
+# -- test-only views of the data package's objects (the package itself never needs them) ------
+
+
+def padding_stats(batches, source_lengths, target_lengths, pad_to_multiple=1):
+    """Token counts of batches (index arrays): real tokens, padded tokens (source + target,
+    target lengths as given, i.e. pieces + 1), the padding ratio padding / padded tokens,
+    batches, examples."""
+    from opennmt_lite.data.batching import round_up
+
+    real = padded = examples = 0
+    max_tokens = 0
+    for batch in batches:
+        s = source_lengths[batch]
+        t = target_lengths[batch]
+        ps = int(round_up(int(s.max()), pad_to_multiple)) if len(batch) else 0
+        pt = int(round_up(int(t.max()), pad_to_multiple)) if len(batch) else 0
+        real += int(s.sum()) + int(t.sum())
+        padded += len(batch) * (ps + pt)
+        examples += len(batch)
+        max_tokens = max(max_tokens, len(batch) * ps, len(batch) * pt)
+    return {
+        "batches": len(batches),
+        "examples": examples,
+        "real_tokens": real,
+        "padded_tokens": padded,
+        "padding_tokens": padded - real,
+        "padding_ratio": (padded - real) / padded if padded else 0.0,
+        "max_side_tokens": max_tokens,
+    }
+
+
+def epoch_padding_stats(training_input, epoch=0):
+    """padding_stats of one epoch's plan of a TrainingInput."""
+    corpus = training_input.corpus
+    return padding_stats(training_input.epoch_batches(epoch), corpus.source_lengths,
+                         corpus.target_lengths, training_input.pad_to_multiple)
+
+
+def restore_order(indices, values):
+    """`values` (one per example, in batch order) put back in file order by their `indices`.
+    Every index from 0 to len - 1 must appear once."""
+    import numpy as np
+
+    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+    values = list(values)
+    if len(indices) != len(values):
+        raise ValueError(f"{len(indices)} indices for {len(values)} values")
+    if len(indices) and not np.array_equal(np.sort(indices), np.arange(len(indices))):
+        raise ValueError("indices must be a permutation of 0..n-1")
+    result = [None] * len(values)
+    for index, value in zip(indices.tolist(), values):
+        result[index] = value
+    return result
+
+
+def evaluation_dataset(evaluation_input):
+    """The batches of an EvaluationInput as a tf.data.Dataset (with `index` [B] int64)."""
+    import tensorflow as tf
+
+    from opennmt_lite.data.pipeline import batch_signature
+
+    dataset = tf.data.Dataset.from_generator(
+        evaluation_input.numpy_batches, output_signature=batch_signature(with_index=True))
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def inference_dataset(inference_input):
+    """The batches of an InferenceInput as a tf.data.Dataset: source_ids [B, T] int32,
+    source_length [B] int32, index [B] int64."""
+    import tensorflow as tf
+
+    signature = {
+        "source_ids": tf.TensorSpec([None, None], tf.int32),
+        "source_length": tf.TensorSpec([None], tf.int32),
+        "index": tf.TensorSpec([None], tf.int64),
+    }
+    dataset = tf.data.Dataset.from_generator(inference_input.numpy_batches,
+                                             output_signature=signature)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def ragged_ids(sequences):
+    """A RaggedIds of a list of id sequences."""
+    import numpy as np
+
+    from opennmt_lite.data import RaggedIds
+
+    lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
+    offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    flat = np.zeros(int(offsets[-1]), dtype=np.int32)
+    for sequence, start in zip(sequences, offsets[:-1].tolist()):
+        flat[start:start + len(sequence)] = sequence
+    return RaggedIds(flat, offsets)

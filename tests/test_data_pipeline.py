@@ -12,7 +12,13 @@ from data_helpers import (
     TRAIN_EN,
     VALID_DE,
     VALID_EN,
+    epoch_padding_stats,
+    evaluation_dataset,
+    inference_dataset,
+    padding_stats,
+    ragged_ids,
     read_lines_plain,
+    restore_order,
     sp_data_kwargs,
     sp_models,
     train_corpus,
@@ -26,11 +32,9 @@ from opennmt_lite.data import (
     accum_steps,
     filter_mask,
     load_parallel_corpus,
-    padding_stats,
     plan_opennmt_batches,
     read_lines,
     read_parallel,
-    restore_order,
 )
 from opennmt_lite.data.batching import opennmt_bucket, opennmt_shuffle, opennmt_window_size
 from opennmt_lite.data.pipeline import pad_parallel_batch
@@ -264,8 +268,8 @@ def test_sorted_padding_beats_opennmt_on_real_data():
     src_len, tgt_len = _lengths(corpus)
     sorted_input = TrainingInput(corpus=corpus, batch_size=BATCH, seed=3)
     opennmt_input = TrainingInput(corpus=corpus, batch_size=BATCH, seed=3, scheme="opennmt")
-    sorted_stats = sorted_input.padding_stats()
-    opennmt_stats = opennmt_input.padding_stats()
+    sorted_stats = epoch_padding_stats(sorted_input)
+    opennmt_stats = epoch_padding_stats(opennmt_input)
     assert sorted_stats["examples"] == opennmt_stats["examples"] == len(corpus)
     assert sorted_stats["max_side_tokens"] <= BATCH
     assert sorted_stats["padding_ratio"] <= 0.05
@@ -458,7 +462,7 @@ def test_inference_bucketing_restores_file_order(tmp_path):
     inference = InferenceInput(path, source_vocabulary=kwargs["source_vocabulary"],
                                source_tokenizer=kwargs["source_tokenizer"], batch_size=16,
                                length_bucket_width=5)
-    dataset = inference.dataset()
+    dataset = inference_dataset(inference)
     indices, sources = [], []
     for batch in dataset:
         assert batch["source_ids"].shape[0] <= 16
@@ -490,7 +494,7 @@ def test_evaluation_keeps_every_pair(tmp_path):
     tgt = write_text(tmp_path / "t.txt", "\n".join(tgt_lines[:20] + ["Wort"]) + "\n")
     evaluation = EvaluationInput(src, tgt, batch_size=8, length_bucket_width=5, **kwargs)
     seen = []
-    for batch in evaluation.dataset():
+    for batch in evaluation_dataset(evaluation):
         batch = tf.nest.map_structure(lambda t: t.numpy(), batch)
         _check_batch_layout(batch)
         seen.extend(batch["index"].tolist())
@@ -560,9 +564,7 @@ def test_cut_tokens_batches_is_optimal_and_respects_the_budget():
 
 
 def test_ragged_ids_padding_and_selection():
-    from opennmt_lite.data import RaggedIds
-
-    ragged = RaggedIds.from_sequences([[5, 6], [], [7, 8, 9]])
+    ragged = ragged_ids([[5, 6], [], [7, 8, 9]])
     assert ragged.lengths.tolist() == [2, 0, 3] and ragged[2].tolist() == [7, 8, 9]
     assert ragged.select([2, 0]).flat.tolist() == [7, 8, 9, 5, 6]
     assert ragged.padded([2, 1, 0], 5, prefix=1).tolist() == [

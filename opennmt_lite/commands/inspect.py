@@ -74,11 +74,6 @@ def sources_of(args, assets, maximum_length=None):
     return sources
 
 
-def source_of(args, assets):
-    """(tokens, ids) of the first source (kept for callers of the one-sentence command)."""
-    return sources_of(args, assets)[0]
-
-
 def check_html_path(path):
     directory = os.path.dirname(os.path.abspath(path))
     if os.path.isdir(path):

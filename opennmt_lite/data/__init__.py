@@ -4,7 +4,6 @@ from opennmt_lite.data.batching import (
     SortedPlanner,
     accum_steps,
     opennmt_shuffle,
-    padding_stats,
     plan_opennmt_batches,
 )
 from opennmt_lite.data.corpus import (
@@ -23,7 +22,5 @@ from opennmt_lite.data.pipeline import (
     TrainingInput,
     batch_signature,
     group_batches,
-    inference_signature,
-    restore_order,
 )
 from opennmt_lite.data.text import DataError, read_lines, read_parallel

@@ -310,29 +310,3 @@ class SortedPlanner:
                 self.oversized_batches += 1
         assert usable == len(ordered)
         return batches, carried
-
-
-def padding_stats(batches, source_lengths, target_lengths, pad_to_multiple=1):
-    """Token counts of batches (index arrays): real tokens, padded tokens (source + target,
-    target lengths as given, i.e. pieces + 1), the padding ratio padding / padded tokens,
-    batches, examples."""
-    real = padded = examples = 0
-    max_tokens = 0
-    for batch in batches:
-        s = source_lengths[batch]
-        t = target_lengths[batch]
-        ps = int(round_up(int(s.max()), pad_to_multiple)) if len(batch) else 0
-        pt = int(round_up(int(t.max()), pad_to_multiple)) if len(batch) else 0
-        real += int(s.sum()) + int(t.sum())
-        padded += len(batch) * (ps + pt)
-        examples += len(batch)
-        max_tokens = max(max_tokens, len(batch) * ps, len(batch) * pt)
-    return {
-        "batches": len(batches),
-        "examples": examples,
-        "real_tokens": real,
-        "padded_tokens": padded,
-        "padding_tokens": padded - real,
-        "padding_ratio": (padded - real) / padded if padded else 0.0,
-        "max_side_tokens": max_tokens,
-    }

@@ -34,17 +34,6 @@ class RaggedIds:
         self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         self.lengths = np.diff(self.offsets).astype(np.int32)
 
-    @classmethod
-    def from_sequences(cls, sequences):
-        """From a list of id sequences."""
-        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        flat = np.zeros(int(offsets[-1]), dtype=np.int32)
-        for sequence, start in zip(sequences, offsets[:-1].tolist()):
-            flat[start:start + len(sequence)] = sequence
-        return cls(flat, offsets)
-
     def __len__(self):
         return len(self.lengths)
 

@@ -44,15 +44,6 @@ def batch_signature(with_index=False):
     return spec
 
 
-def inference_signature():
-    """TensorSpecs of one inference batch."""
-    return {
-        "source_ids": tf.TensorSpec([None, None], tf.int32),
-        "source_length": tf.TensorSpec([None], tf.int32),
-        "index": tf.TensorSpec([None], tf.int64),
-    }
-
-
 def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
     """The padded NumPy batch (dict) of corpus examples `indices`."""
     indices = np.asarray(indices, dtype=np.int64)
@@ -272,12 +263,6 @@ class TrainingInput:
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return dataset
 
-    def padding_stats(self, epoch=0):
-        """batching.padding_stats of one epoch's plan."""
-        return batching.padding_stats(
-            self.epoch_batches(epoch), self.corpus.source_lengths, self.corpus.target_lengths,
-            self.pad_to_multiple)
-
 
 def _ordered_batches(source_lengths, target_lengths, batch_size, batch_type, length_bucket_width):
     """Evaluation/inference batches: file order, or OpenNMT-tf's length buckets (no shuffling)
@@ -326,16 +311,11 @@ class EvaluationInput:
         for indices in self.batches:
             yield pad_parallel_batch(self.corpus, indices, self.pad_to_multiple, with_index=True)
 
-    def dataset(self):
-        dataset = tf.data.Dataset.from_generator(
-            self.numpy_batches, output_signature=batch_signature(with_index=True))
-        return dataset.prefetch(tf.data.AUTOTUNE)
-
 
 class InferenceInput:
     """Inference data: every line of `features_file` (empty lines included), no shuffling, one
     pass; batches in file order, or bucketed by source length (OpenNMT-tf's rule) when
-    length_bucket_width is set. Use `index` (or `restore_order`) to write outputs in file order.
+    length_bucket_width is set. Use `index` to write outputs in file order.
     `corpus.tokens[i]` holds the source tokens of line i.
 
     A line longer than `maximum_features_length` tokens is cut to its first ones (a warning names
@@ -360,11 +340,6 @@ class InferenceInput:
         for indices in self.batches:
             yield pad_source_batch(self.corpus, indices, self.pad_to_multiple)
 
-    def dataset(self):
-        dataset = tf.data.Dataset.from_generator(
-            self.numpy_batches, output_signature=inference_signature())
-        return dataset.prefetch(tf.data.AUTOTUNE)
-
 
 def _warn_truncated(truncated, features_file, maximum, shown=10):
     """One warning per truncated line (the first `shown`), then their count."""
@@ -375,18 +350,3 @@ def _warn_truncated(truncated, features_file, maximum, shown=10):
     if len(truncated) > shown:
         logger.warning("%s: %d lines in all were truncated to %d tokens", features_file,
                        len(truncated), maximum)
-
-
-def restore_order(indices, values):
-    """`values` (one per example, in batch order) put back in file order by their `indices`.
-    Every index from 0 to len - 1 must appear once."""
-    indices = np.asarray(indices, dtype=np.int64).reshape(-1)
-    values = list(values)
-    if len(indices) != len(values):
-        raise ValueError(f"{len(indices)} indices for {len(values)} values")
-    if len(indices) and not np.array_equal(np.sort(indices), np.arange(len(indices))):
-        raise ValueError("indices must be a permutation of 0..n-1")
-    result = [None] * len(values)
-    for index, value in zip(indices.tolist(), values):
-        result[index] = value
-    return result
