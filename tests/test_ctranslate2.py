@@ -236,7 +236,7 @@ def test_quantized_exports_are_smaller_and_translate(onmt, tmp_path):
         ours = ct2_translate(config, assets, quantized, ONMT_FIXTURE / "test.first100.tok.en", 1)
         same = sum(a[1] == b[1] for a, b in zip(ours, reference))
         print(f"{quantization}: {sizes[quantization]} bytes, {same}/100 greedy translations as float32")
-        # (a tiny, briefly trained model: many near-ties; BLEU of a real model: see README)
+        # (a tiny, briefly trained model: many near-ties; BLEU of a real model: see docs/performance.md)
         assert same >= 40
     assert sizes["int8"] < sizes["int16"] < sizes["float32"]
 
