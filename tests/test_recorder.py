@@ -11,10 +11,10 @@ import tensorflow as tf
 import opennmt_lite.layers as layers_module
 import opennmt_lite.layers.transformer as transformer_module
 import opennmt_lite.models as models_module
-from opennmt_lite.inspection.recorder import is_recording, record, recording, recording_scope
 from opennmt_lite.inspection.text import trace_encoder
 from opennmt_lite.layers import FeedForwardNetwork
 from opennmt_lite.models import Transformer
+from opennmt_lite.recorder import is_recording, record, recording, recording_scope
 
 IDS = np.array([[5, 9, 22, 3], [7, 1, 0, 0]], np.int32)
 LENGTHS = np.array([4, 2], np.int32)

@@ -5,16 +5,14 @@ tf.distribute are part of the contract) and follow the Keras 3 layer protocol: h
 `__init__`, weights in `build`, math in `call`, `get_config` for serialization. As in keras-hub,
 every sub-layer is created with `dtype=self.dtype_policy`, so that a layer built with
 `dtype="mixed_bfloat16"` computes in bfloat16 all the way down, whatever the global policy.
-Layers `record` their intermediate tensors (see opennmt_lite.inspection.recorder).
+Layers `record` their intermediate tensors (see opennmt_lite.recorder).
 """
 
 import keras
 import tensorflow as tf
 
-from opennmt_lite import cpu
-from opennmt_lite.inspection.recorder import record
-
-PACKAGE = "opennmt_lite"
+from opennmt_lite import PACKAGE, cpu
+from opennmt_lite.recorder import record
 
 
 # Dropout draws 16 random bits per element (half of what a float32 uniform costs; the random

@@ -3,16 +3,16 @@
 import keras
 import tensorflow as tf
 
-from opennmt_lite.inspection.recorder import record, recording_scope
+from opennmt_lite import PACKAGE
 from opennmt_lite.layers.attention import MultiHeadAttention
 from opennmt_lite.layers.common import (
-    PACKAGE,
     Dense,
     LayerWrapper,
     apply_dropout,
     dense_relu_dropout,
     make_seed_generator,
 )
+from opennmt_lite.recorder import record, recording_scope
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
