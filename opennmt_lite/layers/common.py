@@ -9,11 +9,18 @@ every sub-layer is created with `dtype=self.dtype_policy`, so that a layer built
 Layers `record` their intermediate tensors (see opennmt_lite.recorder).
 
 Model and speed: the lines here are the model, written as the plain formulas (keras.ops where it
-costs nothing, TensorFlow ops where the op's form matters to the graph optimizer). Each formula
-that TensorFlow computes faster or leaner in another form first asks `fast_paths.enabled()` and,
-when it is, hands its operands to `opennmt_lite.layers.fast_paths` (which says why each exists):
-`matmul`, `einsum`, `apply_dropout`, `LayerNorm.call` and, in transformer.py, the feed-forward
-network's Dense + ReLU + dropout. The switch is chosen once at start-up (`fast_paths.configure`).
+costs nothing, TensorFlow ops where the op's form matters to the graph optimizer). A formula that
+TensorFlow computes faster or leaner in another form asks `fast_paths.enabled()` and, when it is,
+hands its operands to `opennmt_lite.layers.fast_paths` (measurements there):
+  - `matmul`, `einsum`: bfloat16 operands through float32 on a CPU without native bfloat16, where
+    TensorFlow's bfloat16 MatMul truncates (products 0.28 % too small) and is slower;
+  - `apply_dropout`: masks from 16 random bits per element (the generator dominates dropout);
+  - `LayerNorm.call`: a hand-written gradient in training (two activations of the input's size
+    fewer to keep), the fused oneDNN kernel in inference (about twice as fast);
+  - the feed-forward network (transformer.py): Dense + ReLU + dropout with a gradient that keeps
+    only the output and the input.
+The switch is chosen once at start-up (`fast_paths.configure`). Speed that changes no formula stays
+in the layer: Dense's 2-D product (fused with its bias and activation) and float16 padding.
 """
 
 import keras
@@ -145,68 +152,6 @@ class Dense(keras.layers.Layer):
             activation=keras.activations.serialize(self.activation),
         )
         return config
-
-
-def layer_norm(x, gamma, beta, epsilon):
-    """`gamma * (x - mean) * rsqrt(var + epsilon) + beta` over the last axis of float32 `x`
-    [..., depth], with a hand-written gradient.
-
-    Automatic differentiation of this formula keeps x, x - mean and the normalized x for the
-    backward pass; the gradient below needs only the normalized x and the reciprocal deviation
-    [..., 1], which saves two activations of the input's size per layer norm in training. With
-    g the incoming gradient and x_hat the normalized input:
-      d beta = sum g,  d gamma = sum g * x_hat  (over every axis but the last),
-      d x = rstd * (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat))  (means over depth).
-    """
-
-    @tf.custom_gradient
-    def normalize(x, gamma, beta):
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        rstd = tf.math.rsqrt(variance + epsilon)
-        x_hat = (x - mean) * rstd
-        outputs = x_hat * gamma + beta
-
-        def grad(upstream):
-            reduce_axes = tf.range(tf.rank(upstream) - 1)
-            d_beta = tf.reduce_sum(upstream, axis=reduce_axes)
-            d_gamma = tf.reduce_sum(upstream * x_hat, axis=reduce_axes)
-            d_x_hat = upstream * gamma
-            d_x = rstd * (
-                d_x_hat
-                - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
-                - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True)
-            )
-            return d_x, d_gamma, d_beta
-
-        return outputs, grad
-
-    return normalize(x, gamma, beta)
-
-
-def layer_norm_inference(x, gamma, beta, epsilon):
-    """The same layer norm as `layer_norm`, written for the forward pass only.
-
-    Every row of float32 `x` [..., depth] is seen as one channel of a [1, rows, depth, 1] NCHW
-    image, normalized by the fused batch-norm op, then scaled and shifted. TensorFlow's grappler
-    rewrites exactly this chain into one oneDNN layer-norm kernel (`_MklLayerNorm`), about twice
-    as fast as the separate mean, variance and arithmetic ops (and the way OpenNMT-tf's Keras 2
-    layer computes). Not for training: the batch-norm gradient would keep two activations of
-    the input's size where `layer_norm`'s keeps one.
-    """
-    # An explicit shape check in front: without it, grappler does not fuse the chain when x
-    # comes from a Cast (as under mixed precision), measured with TensorFlow 2.21.
-    x = tf.ensure_shape(x, x.shape)
-    shape = tf.shape(x)
-    rows = tf.reduce_prod(shape[:-1])
-    images = tf.reshape(x, [1, rows, shape[-1], 1])
-    normalized, _, _ = tf.compat.v1.nn.fused_batch_norm(
-        images,
-        scale=tf.ones([rows], tf.float32),
-        offset=tf.zeros([rows], tf.float32),
-        epsilon=epsilon,
-        data_format="NCHW",
-    )
-    return tf.reshape(normalized, shape) * gamma + beta
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
