@@ -7,8 +7,8 @@ gradients toward zero, and it is slower than a float32 MatMul between two casts.
 layers multiply bfloat16 operands in float32 and round the result once (`FLOAT32`, see
 `opennmt_lite.layers.fast_paths.matmul`); CPUs with native bfloat16 arithmetic, and GPUs, keep the
 bfloat16 op (`NATIVE`). The environment variable OPENNMT_LITE_BF16_MATMUL=native|float32 forces
-either path. `bfloat16_matmul_path` is read once, at start-up, by
-`opennmt_lite.layers.fast_paths.configure`, which the layers consult instead.
+either path. `opennmt_lite.layers.fast_paths.configure` calls `bfloat16_matmul_path` once, at
+start-up, and the layers consult what it stored, not the environment.
 
 It also chooses `train.sub_batches` when the config leaves it unset (`default_sub_batches`):
 without AVX-512, TensorFlow runs its own Eigen kernels instead of oneDNN's, and splitting every
