@@ -23,6 +23,7 @@ from opennmt_lite.data import EvaluationInput, InferenceInput, TrainingInput, ac
 from opennmt_lite.data import fingerprints
 from opennmt_lite.data.tokenizers import make_tokenizer
 from opennmt_lite.data.vocab import Vocabulary
+from opennmt_lite.layers import fast_paths
 from opennmt_lite.models import Transformer
 from opennmt_lite.training import schedules
 
@@ -34,7 +35,10 @@ Assets = collections.namedtuple(
 
 
 def set_precision(policy):
-    """Sets the global Keras dtype policy (e.g. `config.train.dtype_policy`); returns it."""
+    """Sets the global Keras dtype policy (e.g. `config.train.dtype_policy`); returns it. Also
+    chooses the layers' fast paths for the process (reading the CPU and OPENNMT_LITE_BF16_MATMUL
+    once), before any model is traced."""
+    fast_paths.configure()
     keras.config.set_dtype_policy(policy)
     return policy
 

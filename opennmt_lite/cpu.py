@@ -5,9 +5,10 @@ EPYC, with and without oneDNN) truncates its float32 accumulations to bfloat16 i
 them to nearest: products come out 0.28 % too small on average, which biases mixed_bfloat16
 gradients toward zero, and it is slower than a float32 MatMul between two casts. On such a CPU the
 layers multiply bfloat16 operands in float32 and round the result once (`FLOAT32`, see
-`opennmt_lite.layers.common.matmul`); CPUs with native bfloat16 arithmetic, and GPUs, keep the
+`opennmt_lite.layers.fast_paths.matmul`); CPUs with native bfloat16 arithmetic, and GPUs, keep the
 bfloat16 op (`NATIVE`). The environment variable OPENNMT_LITE_BF16_MATMUL=native|float32 forces
-either path (tests use it to run both on any host).
+either path. `opennmt_lite.layers.fast_paths.configure` calls `bfloat16_matmul_path` once, at
+start-up, and the layers consult what it stored, not the environment.
 
 It also chooses `train.sub_batches` when the config leaves it unset (`default_sub_batches`):
 without AVX-512, TensorFlow runs its own Eigen kernels instead of oneDNN's, and splitting every
@@ -20,6 +21,8 @@ import dataclasses
 import functools
 import logging
 import os
+
+from opennmt_lite.errors import EnvironmentVariableError
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -145,14 +148,16 @@ def bfloat16_matmul_path():
     """NATIVE or FLOAT32: how the layers compute a matrix product of bfloat16 operands.
 
     OPENNMT_LITE_BF16_MATMUL (native or float32) decides when set; otherwise NATIVE on a CPU with
-    AVX512_BF16 or AMX, or when TensorFlow sees a GPU, and FLOAT32 elsewhere. Read at trace time:
-    a change of the variable affects functions traced afterwards.
+    AVX512_BF16 or AMX, or when TensorFlow sees a GPU, and FLOAT32 elsewhere. Reads the variable
+    on each call: `opennmt_lite.layers.fast_paths.configure` calls it once, at start-up, and the
+    layers use what it stored. Another value of the variable raises EnvironmentVariableError.
     """
     override = os.environ.get(BF16_MATMUL_ENV, "").strip().lower()
     if override:
         if override not in (NATIVE, FLOAT32):
-            raise ValueError(
-                f"{BF16_MATMUL_ENV} must be '{NATIVE}' or '{FLOAT32}', got {override!r}")
+            raise EnvironmentVariableError(
+                f"{BF16_MATMUL_ENV} must be '{NATIVE}' or '{FLOAT32}' (or unset), "
+                f"got {override!r}")
         path, reason = override, f"{BF16_MATMUL_ENV}={override}"
     elif cpu_features().native_bfloat16:
         path, reason = NATIVE, "native bfloat16 CPU"

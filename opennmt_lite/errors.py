@@ -37,6 +37,11 @@ class OutputError(UserError, OSError):
     """An output the user named cannot be written there (exists, not a directory, read-only)."""
 
 
+class EnvironmentVariableError(UserError, ValueError):
+    """An environment variable that opennmt-lite reads holds a value it cannot use (the message
+    names the variable and its allowed values)."""
+
+
 class BusyError(UserError, RuntimeError):
     """Another process holds what this one needs (a model_dir being trained)."""
 

@@ -3,7 +3,8 @@
 On a CPU without AVX512_BF16 or AMX, TensorFlow's bfloat16 MatMul truncates its results (measured
 on an AVX2 EPYC: 99.99 % of outputs too small, mean -0.28 %); the layers' `matmul` then multiplies
 in float32 and rounds once ("float32" path). The native path is the plain op, whatever the host
-does with it. OPENNMT_LITE_BF16_MATMUL picks either path, so both run here on any host.
+does with it. OPENNMT_LITE_BF16_MATMUL picks either path at start-up, and
+`fast_paths.configure(bfloat16_matmul=...)` in a test, so both run here on any host.
 """
 
 import logging
@@ -13,12 +14,20 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from opennmt_lite import cpu
-from opennmt_lite.layers import Dense
+from opennmt_lite import cpu, errors
+from opennmt_lite.layers import Dense, fast_paths
 from opennmt_lite.layers.attention import MultiHeadAttention
-from opennmt_lite.layers.common import dense_relu_dropout, einsum, matmul
+from opennmt_lite.layers.fast_paths import dense_relu_dropout, einsum, matmul
 
 U = 2.0**-8  # bfloat16's unit roundoff (8 significant bits)
+
+
+@pytest.fixture(autouse=True)
+def _restore_fast_paths():
+    """Each test may choose the products' path; the next test finds the setting it had."""
+    before = fast_paths.setting()
+    yield
+    fast_paths.configure(before.enabled, before.bfloat16_matmul)
 
 COMMON = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx "
           "fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc pni pclmulqdq ssse3 fma cx16 "
@@ -98,6 +107,25 @@ def test_override_picks_the_path_and_logs_once(monkeypatch, caplog):
         cpu.bfloat16_matmul_path()
 
 
+def test_a_bad_value_is_a_user_error_named_on_one_line_with_exit_status_2(monkeypatch, capsys):
+    import run
+    from conftest import ONMT_FIXTURE
+
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, "fast")
+    with pytest.raises(errors.UserError) as error:
+        fast_paths.configure()
+    message = str(error.value)
+    assert "\n" not in message and cpu.BF16_MATMUL_ENV in message
+    assert f"'{cpu.NATIVE}'" in message and f"'{cpu.FLOAT32}'" in message and "'fast'" in message
+    # run.py: read at start-up (where the precision is set), printed as one line, exit status 2
+    capsys.readouterr()
+    code = run.main(["infer", "--config", str(ONMT_FIXTURE.parent / "onmt_fixture.yml"),
+                     "--features_file", str(ONMT_FIXTURE / "test.first8.tok.en")])
+    err = capsys.readouterr().err
+    assert code == errors.EXIT_USER_ERROR == 2
+    assert err.strip().splitlines()[-1] == f"error: {message}" and "Traceback" not in err
+
+
 def test_default_path_follows_the_hardware(monkeypatch):
     monkeypatch.delenv(cpu.BF16_MATMUL_ENV, raising=False)
     native = cpu.cpu_features().native_bfloat16 or bool(tf.config.list_logical_devices("GPU"))
@@ -144,7 +172,7 @@ def test_the_trainer_takes_the_cpu_choice_only_when_unset(tmp_path, monkeypatch,
 
 def matmul_dtypes(path, monkeypatch, dtype):
     """The dtypes of the MatMul ops a traced `matmul` on `dtype` operands runs under `path`."""
-    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+    fast_paths.configure(bfloat16_matmul=path)
     spec = tf.TensorSpec([4, 8], dtype)
     graph = tf.function(lambda a, b: matmul(a, b, transpose_b=True)).get_concrete_function(
         spec, spec).graph
@@ -176,7 +204,7 @@ def test_both_paths_are_the_plain_ops_outside_bfloat16(monkeypatch, dtype):
     bias = tf.cast(np.linspace(-1, 1, 80), dtype)
     results = []
     for path in (cpu.NATIVE, cpu.FLOAT32):
-        monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+        fast_paths.configure(bfloat16_matmul=path)
         results.append([
             matmul(a, b, bias=bias, activation=tf.nn.relu),
             matmul(b, a, transpose_a=True, transpose_b=True),
@@ -208,7 +236,7 @@ def assert_correctly_rounded(result, exact, magnitude, k):
 
 
 def test_float32_path_rounds_bfloat16_products_to_nearest(monkeypatch):
-    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    fast_paths.configure(bfloat16_matmul=cpu.FLOAT32)
     a, b = operands(tf.bfloat16)
     exact, magnitude = f64(a) @ f64(b), np.abs(f64(a)) @ np.abs(f64(b))
     assert_correctly_rounded(matmul(a, b), exact, magnitude, 512)
@@ -229,7 +257,7 @@ def test_float32_path_rounds_bfloat16_products_to_nearest(monkeypatch):
 
 
 def test_native_path_is_the_hosts_op(monkeypatch):
-    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.NATIVE)
+    fast_paths.configure(bfloat16_matmul=cpu.NATIVE)
     a, b = operands(tf.bfloat16)
     result = matmul(a, b)
     np.testing.assert_array_equal(f64(result), f64(tf.matmul(a, b)))
@@ -239,7 +267,7 @@ def test_native_path_is_the_hosts_op(monkeypatch):
 
 
 def test_float32_path_gradients_are_rounded_float32_products(monkeypatch):
-    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    fast_paths.configure(bfloat16_matmul=cpu.FLOAT32)
     a, b = operands(tf.bfloat16, m=64, k=256, n=48)
     bias = tf.cast(np.linspace(-1, 1, 48), tf.bfloat16)
     upstream = tf.cast(np.random.default_rng(1).standard_normal((64, 48)), tf.bfloat16)
@@ -262,7 +290,7 @@ def test_float32_path_gradients_are_rounded_float32_products(monkeypatch):
 
 
 def test_dense_relu_dropout_gradient_on_the_float32_path(monkeypatch):
-    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    fast_paths.configure(bfloat16_matmul=cpu.FLOAT32)
     a, kernel = operands(tf.bfloat16, m=64, k=128, n=96)
     bias = tf.cast(np.linspace(-1, 1, 96), tf.bfloat16)
     upstream = tf.cast(np.random.default_rng(2).standard_normal((64, 96)), tf.bfloat16)
@@ -287,7 +315,7 @@ def test_dense_relu_dropout_gradient_on_the_float32_path(monkeypatch):
 
 def layer_results(path, monkeypatch, policy):
     """Dense and relative-position attention outputs and gradients, computed under `path`."""
-    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, path)
+    fast_paths.configure(bfloat16_matmul=path)
     keras.config.set_dtype_policy(policy)
     keras.utils.set_random_seed(5)
     dense = Dense(24, activation="relu")

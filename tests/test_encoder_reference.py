@@ -5,7 +5,7 @@ import pytest
 
 import numpy_reference
 from encoder_helpers import WORKED_IDS, WORKED_LENGTHS, build_encoder, weights_by_name
-from opennmt_lite.inspection.recorder import recording
+from opennmt_lite.recorder import recording
 
 
 def scaled_error(ours, ref):

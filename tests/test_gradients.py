@@ -8,8 +8,9 @@ import tensorflow as tf
 
 from opennmt_lite.layers import LayerNorm
 from opennmt_lite.layers.attention import relative_context, relative_logits, relative_positions
-from opennmt_lite.layers.common import (apply_dropout, dense_relu_dropout, dropout_keep_mask, layer_norm,
-                                        layer_norm_inference)
+from opennmt_lite.layers.common import apply_dropout
+from opennmt_lite.layers.fast_paths import (dense_relu_dropout, dropout_keep_mask, layer_norm,
+                                            layer_norm_inference)
 
 
 def test_layer_norm_gradient_matches_finite_differences():

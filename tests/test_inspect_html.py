@@ -176,7 +176,7 @@ def test_screenshot_is_not_blank(worked):
 
 
 def test_given_target_shows_the_decoders_cross_attention(worked):
-    from opennmt_lite.inspection.recorder import recording
+    from opennmt_lite.recorder import recording
 
     page = worked["directory"] / "target.html"
     assert run.main(["inspect", "--config", worked["config"], "--checkpoint", worked["checkpoint"],

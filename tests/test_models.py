@@ -36,7 +36,7 @@ def test_embedding_sharing_levels(share, tables, tied_output):
     assert logits.shape == (2, 3, 30)
     if tied_output:
         # the logits really are the decoder output times the embedding table, transposed
-        from opennmt_lite.inspection.recorder import recording
+        from opennmt_lite.recorder import recording
 
         with recording() as tensors:
             model(FEATURES)

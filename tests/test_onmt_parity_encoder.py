@@ -9,7 +9,7 @@ from conftest import ONMT_FIXTURE
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.onmt.checkpoint_import import load_onmt_encoder
-from opennmt_lite.inspection.recorder import recording
+from opennmt_lite.recorder import recording
 
 # Names of the fixture's layer-0 step arrays -> names in our recording (under layers/0/).
 LAYER0_STEPS = {

@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 import opennmt_lite.layers as layers_module
-import opennmt_lite.layers.transformer as transformer_module
+import opennmt_lite.layers.fast_paths as fast_paths_module
 import opennmt_lite.models as models_module
-from opennmt_lite.inspection.recorder import is_recording, record, recording, recording_scope
 from opennmt_lite.inspection.text import trace_encoder
 from opennmt_lite.layers import FeedForwardNetwork
 from opennmt_lite.models import Transformer
+from opennmt_lite.recorder import is_recording, record, recording, recording_scope
 
 IDS = np.array([[5, 9, 22, 3], [7, 1, 0, 0]], np.int32)
 LENGTHS = np.array([4, 2], np.int32)
@@ -88,13 +88,13 @@ def test_fused_feed_forward_runs_whether_or_not_something_records(monkeypatch):
     """In training, Dense + ReLU + dropout is one op with or without a recording; it records
     the FFN's `output` (there is no pre-dropout `inner` to record)."""
     calls = []
-    fused = transformer_module.dense_relu_dropout
+    fused = fast_paths_module.dense_relu_dropout
 
     def counting(*args):
         calls.append(1)
         return fused(*args)
 
-    monkeypatch.setattr(transformer_module, "dense_relu_dropout", counting)
+    monkeypatch.setattr(fast_paths_module, "dense_relu_dropout", counting)
     ffn = FeedForwardNetwork(16, 8, dropout=0.3)
     x = np.random.default_rng(0).normal(size=(2, 5, 8)).astype(np.float32)
     ffn(x)  # builds

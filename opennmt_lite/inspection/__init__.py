@@ -1,1 +1,2 @@
-"""Looking inside the model: recording intermediate tensors, and showing them."""
+"""Looking inside the model: showing the intermediate tensors that `opennmt_lite.recorder`
+records (as text, HTML pages, alignments, decoding steps)."""

@@ -12,7 +12,7 @@ tokens before it (teacher forcing).
 import numpy as np
 
 from opennmt_lite.data.vocab import BOS_ID, EOS_TOKEN
-from opennmt_lite.inspection.recorder import recording
+from opennmt_lite.recorder import recording
 
 # Decoding steps x decoder layers up to which greedy search runs eagerly (see greedy_targets).
 EAGER_STEPS = 100

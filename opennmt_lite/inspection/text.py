@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from opennmt_lite.inspection.recorder import recording
+from opennmt_lite.recorder import recording
 
 logger = logging.getLogger("opennmt_lite")
 

@@ -3,9 +3,9 @@
 import keras
 import tensorflow as tf
 
-from opennmt_lite.inspection.recorder import record
-from opennmt_lite.layers.common import (
-    PACKAGE, Dense, apply_dropout, einsum, make_seed_generator, matmul)
+from opennmt_lite import PACKAGE
+from opennmt_lite.layers.common import Dense, apply_dropout, einsum, make_seed_generator, matmul
+from opennmt_lite.recorder import record
 
 
 def split_heads(x, num_heads):

@@ -1,32 +1,35 @@
-"""Building blocks shared by every Transformer sub-layer: Dense, LayerNorm, LayerWrapper.
+"""Building blocks shared by every Transformer sub-layer: Dense, LayerNorm, LayerWrapper, and the
+matrix products and dropout every layer uses.
 
 All layers compute with TensorFlow ops (this project is TensorFlow-only: tf.data, SavedModel and
 tf.distribute are part of the contract) and follow the Keras 3 layer protocol: hyper-parameters in
 `__init__`, weights in `build`, math in `call`, `get_config` for serialization. As in keras-hub,
 every sub-layer is created with `dtype=self.dtype_policy`, so that a layer built with
 `dtype="mixed_bfloat16"` computes in bfloat16 all the way down, whatever the global policy.
-Layers `record` their intermediate tensors (see opennmt_lite.inspection.recorder).
+Layers `record` their intermediate tensors (see opennmt_lite.recorder).
+
+Model and speed: the lines here are the model, written as the plain formulas (keras.ops where it
+costs nothing, TensorFlow ops where the op's form matters to the graph optimizer). A formula that
+TensorFlow computes faster or leaner in another form asks `fast_paths.enabled()` and, when it is,
+hands its operands to `opennmt_lite.layers.fast_paths` (measurements there):
+  - `matmul`, `einsum`: bfloat16 operands through float32 on a CPU without native bfloat16, where
+    TensorFlow's bfloat16 MatMul truncates (products 0.28 % too small) and is slower;
+  - `apply_dropout`: masks from 16 random bits per element (the generator dominates dropout);
+  - `LayerNorm.call`: a hand-written gradient in training (two activations of the input's size
+    fewer to keep), the fused oneDNN kernel in inference (about twice as fast);
+  - the feed-forward network (transformer.py): Dense + ReLU + dropout with a gradient that keeps
+    only the output and the input.
+The switch is chosen once at start-up (`fast_paths.configure`). Speed that changes no formula stays
+in the layer: Dense's 2-D product (fused with its bias and activation) and float16 padding.
 """
 
 import keras
 import tensorflow as tf
+from keras import ops
 
-from opennmt_lite import cpu
-from opennmt_lite.inspection.recorder import record
-
-PACKAGE = "opennmt_lite"
-
-
-# Dropout draws 16 random bits per element (half of what a float32 uniform costs; the random
-# number generator dominates dropout's time): an element is dropped when its bits are below
-# round(rate * 2^16), so the rate is exact to 2^-16 and the kept values are scaled by the exact
-# inverse of the keep probability.
-_DROPOUT_LEVELS = 1 << 16
-
-
-def _multiply_in_float32(a):
-    """Whether a product of `a` (and its same-dtype partner) is computed in float32 and rounded."""
-    return a.dtype == tf.bfloat16 and cpu.bfloat16_matmul_path() == cpu.FLOAT32
+from opennmt_lite import PACKAGE
+from opennmt_lite.layers import fast_paths
+from opennmt_lite.recorder import record
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=None):
@@ -34,106 +37,36 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
 
     a [..., m, k] and b [..., k, n] (each transposed first when flagged; batch dimensions
     broadcast), optional bias [n] and element-wise activation -> [..., m, n] in a's dtype.
-    bfloat16 operands on a CPU without native bfloat16 (see opennmt_lite.cpu) are multiplied in
-    float32, bias and activation applied, and the result rounded to bfloat16 once: TensorFlow's
-    bfloat16 MatMul there truncates its accumulations (biased toward zero) and is slower.
-    Autodiff follows the casts, so the gradients are float32 products (and a float32 bias sum)
-    rounded to bfloat16. Otherwise the plain ops MatMul -> BiasAdd -> activation, which
-    TensorFlow's graph optimizer fuses into one oneDNN kernel.
+    TensorFlow ops, not keras.ops: MatMul -> BiasAdd -> activation in this form is what the graph
+    optimizer fuses into one kernel. Fast path: bfloat16 through float32 on some CPUs.
     """
-    in_float32 = _multiply_in_float32(a)
-    dtype = a.dtype
-    if in_float32:
-        a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
-        bias = None if bias is None else tf.cast(bias, tf.float32)
+    if fast_paths.enabled():
+        return fast_paths.matmul(a, b, transpose_a, transpose_b, bias, activation)
     outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
     if bias is not None:
         outputs = tf.nn.bias_add(outputs, bias)
-    if activation is not None:
-        outputs = activation(outputs)
-    return tf.cast(outputs, dtype) if in_float32 else outputs
+    return outputs if activation is None else activation(outputs)
 
 
 def einsum(equation, a, b):
-    """tf.einsum(equation, a, b) of two operands, computed like `matmul` (float32 then rounded,
-    for bfloat16 on a CPU without native bfloat16)."""
-    if _multiply_in_float32(a):
-        return tf.cast(tf.einsum(equation, tf.cast(a, tf.float32), tf.cast(b, tf.float32)), a.dtype)
-    return tf.einsum(equation, a, b)
-
-
-def dropout_keep_mask(shape, rate, seed_generator):
-    """(keep [shape] bool, scale): keep each element with probability 1 - rate (to 2^-16).
-    A rate that rounds to 1 keeps nothing (scale 0: the output and its gradient are zeros)."""
-    threshold = int(round(rate * _DROPOUT_LEVELS))
-    if threshold >= _DROPOUT_LEVELS:
-        return tf.zeros(shape, tf.bool), 0.0
-    seed = tf.cast(seed_generator.next(), tf.int32)
-    halves = tf.concat([shape[:-1], [(shape[-1] + 1) // 2]], axis=0)
-    bits = tf.random.stateless_uniform(halves, seed, minval=None, maxval=None, dtype=tf.uint32)
-    bits = tf.reshape(tf.bitcast(bits, tf.uint16), tf.concat([shape[:-1], [-1]], axis=0))
-    bits = bits[..., : shape[-1]]  # an odd last dimension drew one spare half
-    keep = bits >= tf.constant(threshold, tf.uint16)
-    return keep, _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
+    """The Einstein sum of two operands (fast path: bfloat16 through float32 on some CPUs)."""
+    if fast_paths.enabled():
+        return fast_paths.einsum(equation, a, b)
+    return ops.einsum(equation, a, b)
 
 
 def apply_dropout(x, rate, seed_generator, training):
     """Inverted dropout, active only when `training` is true (like OpenNMT-tf's `common.dropout`).
 
     Uses a Keras `SeedGenerator` owned by the calling layer: its state is a variable, so it is saved
-    in checkpoints and a resumed run draws the same masks as an uninterrupted one. The backward
-    pass keeps only the boolean mask.
+    in checkpoints and a resumed run draws the same masks as an uninterrupted one. Fast path:
+    16-bit masks.
     """
     if not training or rate == 0:
         return x
-    keep, scale = dropout_keep_mask(tf.shape(x), rate, seed_generator)
-    return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros((), x.dtype))
-
-
-def dense_relu_dropout(x, kernel, bias, rate, seed_generator):
-    """dropout(relu(x @ kernel + bias)) in training, [..., in] -> [..., units], with a
-    hand-written gradient.
-
-    Where the output is positive both the ReLU and the dropout let the gradient through (times the
-    dropout scale s); everywhere else it is zero. So the backward pass needs only the output (which
-    the next layer keeps anyway) and x, instead of the ReLU output and the mask as well. The
-    forward ops stay MatMul -> BiasAdd -> Relu, which TensorFlow fuses into one kernel.
-    In float32, s > 0 commutes with the ReLU, so it multiplies the (small) kernel and bias instead
-    of the [tokens, units] output, and the small products of the backward pass: no pass over a
-    [tokens, units] tensor is spent on it (measured on an AVX2 CPU, where such passes are not
-    fused). In 16-bit types the scaled kernel would be rounded once more, so the output is
-    scaled there.
-    """
-    units = kernel.shape[-1]
-    leading = tf.shape(x)[:-1]
-    x2d = tf.reshape(x, [-1, x.shape[-1]])
-    keep, scale = dropout_keep_mask(tf.stack([tf.shape(x2d)[0], units]), rate, seed_generator)
-    scale = tf.cast(scale, x.dtype)
-    fold = x.dtype == tf.float32
-    zero = tf.zeros((), x.dtype)
-
-    @tf.custom_gradient
-    def forward(x2d, kernel, bias):
-        if fold:
-            kernel, bias = kernel * scale, bias * scale
-        inner = matmul(x2d, kernel, bias=bias, activation=tf.nn.relu)
-        outputs = tf.where(keep, inner if fold else inner * scale, zero)
-
-        def grad(upstream):
-            d_inner = tf.where(outputs > 0, upstream if fold else upstream * scale, zero)
-            d_x = matmul(d_inner, kernel, transpose_b=True)
-            d_kernel = matmul(x2d, d_inner, transpose_a=True)
-            # reduce_sum accumulates bfloat16 in float32 and rounds once (measured, TF 2.21 on
-            # CPU): no float32 detour needed. (BiasAddGrad in bfloat16 does not: its sums came
-            # out 6.7 % too small on an AVX2 CPU, hence the float32 bias in `matmul`.)
-            d_bias = tf.reduce_sum(d_inner, axis=0)
-            if fold:
-                d_kernel, d_bias = d_kernel * scale, d_bias * scale
-            return d_x, d_kernel, d_bias
-
-        return outputs, grad
-
-    return tf.reshape(forward(x2d, kernel, bias), tf.concat([leading, [units]], axis=0))
+    if fast_paths.enabled():
+        return fast_paths.dropout(x, rate, seed_generator)
+    return keras.random.dropout(x, rate, seed=seed_generator)
 
 
 def make_seed_generator(rate):
@@ -221,68 +154,6 @@ class Dense(keras.layers.Layer):
         return config
 
 
-def layer_norm(x, gamma, beta, epsilon):
-    """`gamma * (x - mean) * rsqrt(var + epsilon) + beta` over the last axis of float32 `x`
-    [..., depth], with a hand-written gradient.
-
-    Automatic differentiation of this formula keeps x, x - mean and the normalized x for the
-    backward pass; the gradient below needs only the normalized x and the reciprocal deviation
-    [..., 1], which saves two activations of the input's size per layer norm in training. With
-    g the incoming gradient and x_hat the normalized input:
-      d beta = sum g,  d gamma = sum g * x_hat  (over every axis but the last),
-      d x = rstd * (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat))  (means over depth).
-    """
-
-    @tf.custom_gradient
-    def normalize(x, gamma, beta):
-        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
-        rstd = tf.math.rsqrt(variance + epsilon)
-        x_hat = (x - mean) * rstd
-        outputs = x_hat * gamma + beta
-
-        def grad(upstream):
-            reduce_axes = tf.range(tf.rank(upstream) - 1)
-            d_beta = tf.reduce_sum(upstream, axis=reduce_axes)
-            d_gamma = tf.reduce_sum(upstream * x_hat, axis=reduce_axes)
-            d_x_hat = upstream * gamma
-            d_x = rstd * (
-                d_x_hat
-                - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
-                - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True)
-            )
-            return d_x, d_gamma, d_beta
-
-        return outputs, grad
-
-    return normalize(x, gamma, beta)
-
-
-def layer_norm_inference(x, gamma, beta, epsilon):
-    """The same layer norm as `layer_norm`, written for the forward pass only.
-
-    Every row of float32 `x` [..., depth] is seen as one channel of a [1, rows, depth, 1] NCHW
-    image, normalized by the fused batch-norm op, then scaled and shifted. TensorFlow's grappler
-    rewrites exactly this chain into one oneDNN layer-norm kernel (`_MklLayerNorm`), about twice
-    as fast as the separate mean, variance and arithmetic ops (and the way OpenNMT-tf's Keras 2
-    layer computes). Not for training: the batch-norm gradient would keep two activations of
-    the input's size where `layer_norm`'s keeps one.
-    """
-    # An explicit shape check in front: without it, grappler does not fuse the chain when x
-    # comes from a Cast (as under mixed precision), measured with TensorFlow 2.21.
-    x = tf.ensure_shape(x, x.shape)
-    shape = tf.shape(x)
-    rows = tf.reduce_prod(shape[:-1])
-    images = tf.reshape(x, [1, rows, shape[-1], 1])
-    normalized, _, _ = tf.compat.v1.nn.fused_batch_norm(
-        images,
-        scale=tf.ones([rows], tf.float32),
-        offset=tf.zeros([rows], tf.float32),
-        epsilon=epsilon,
-        data_format="NCHW",
-    )
-    return tf.reshape(normalized, shape) * gamma + beta
-
-
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class LayerNorm(keras.layers.Layer):
     """Layer normalization over the last axis, `gamma * (x - mean) / sqrt(var + epsilon) + beta`.
@@ -308,11 +179,16 @@ class LayerNorm(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         x = tf.cast(inputs, tf.float32)
-        # Training keeps the hand-written gradient (less memory); inference (training False or
-        # None, as Keras passes it down from the model's call) takes the fused kernel.
-        normalize = layer_norm if training else layer_norm_inference
-        outputs = normalize(x, tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta),
-                            self.epsilon)
+        gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
+        if fast_paths.enabled():
+            # Training keeps the hand-written gradient (less memory); inference (training False
+            # or None, as Keras passes it down from the model's call) takes the fused kernel.
+            normalize = fast_paths.layer_norm if training else fast_paths.layer_norm_inference
+            outputs = normalize(x, gamma, beta, self.epsilon)
+        else:
+            mean = ops.mean(x, axis=-1, keepdims=True)
+            variance = ops.var(x, axis=-1, keepdims=True)
+            outputs = (x - mean) * ops.rsqrt(variance + self.epsilon) * gamma + beta
         return tf.cast(outputs, inputs.dtype)
 
     def compute_output_shape(self, input_shape):

@@ -5,7 +5,7 @@ import math
 import keras
 import tensorflow as tf
 
-from opennmt_lite.layers.common import PACKAGE
+from opennmt_lite import PACKAGE
 
 
 def resolve_position_encoding(position_encoding, maximum_relative_position, num_units, num_heads):

@@ -3,16 +3,16 @@
 import keras
 import tensorflow as tf
 
-from opennmt_lite.inspection.recorder import record, recording_scope
+from opennmt_lite import PACKAGE
+from opennmt_lite.layers import fast_paths
 from opennmt_lite.layers.attention import MultiHeadAttention
 from opennmt_lite.layers.common import (
-    PACKAGE,
     Dense,
     LayerWrapper,
     apply_dropout,
-    dense_relu_dropout,
     make_seed_generator,
 )
+from opennmt_lite.recorder import record, recording_scope
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -20,8 +20,9 @@ class FeedForwardNetwork(keras.layers.Layer):
     """outer(dropout(activation(inner(x)))), on [batch, time, depth] -> [batch, time, output_dim].
 
     Records `inner` (the activation, before dropout) and `output`. In training with ReLU and
-    dropout, Dense + ReLU + dropout run as one op (`dense_relu_dropout`) whether or not something
-    records: that path has no pre-dropout activation, so it records `output` only.
+    dropout, with the fast paths on, Dense + ReLU + dropout run as one op
+    (`fast_paths.dense_relu_dropout`) whether or not something records: that path has no
+    pre-dropout activation, so it records `output` only.
     """
 
     def __init__(self, inner_dim, output_dim, dropout=0.1, activation="relu", **kwargs):
@@ -40,11 +41,11 @@ class FeedForwardNetwork(keras.layers.Layer):
 
     def call(self, inputs, training=None):
         dense = self.inner
-        if (training and self.dropout > 0 and self.activation == "relu"
+        if (fast_paths.enabled() and training and self.dropout > 0 and self.activation == "relu"
                 and not dense.transpose and inputs.dtype != tf.float16):
             # Dense, ReLU and dropout as one op whose gradient keeps less (memory). Not in
             # float16, where Dense pads its kernel to a multiple of 8 for Tensor Cores.
-            inner = dense_relu_dropout(
+            inner = fast_paths.dense_relu_dropout(
                 inputs, tf.cast(dense.kernel, inputs.dtype), tf.cast(dense.bias, inputs.dtype),
                 self.dropout, self.dropout_seed)
         else:

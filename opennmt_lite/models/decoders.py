@@ -3,10 +3,11 @@
 import keras
 import tensorflow as tf
 
-from opennmt_lite.inspection.recorder import record, recording_scope
-from opennmt_lite.layers.common import PACKAGE, Dense
+from opennmt_lite import PACKAGE
+from opennmt_lite.layers.common import Dense
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
 from opennmt_lite.models.stack import TransformerStack
+from opennmt_lite.recorder import record, recording_scope
 
 
 def future_mask(sequence_length, maximum_length):

@@ -3,10 +3,10 @@
 import keras
 import tensorflow as tf
 
-from opennmt_lite.inspection.recorder import record, recording_scope
-from opennmt_lite.layers.common import PACKAGE
+from opennmt_lite import PACKAGE
 from opennmt_lite.layers.transformer import SelfAttentionEncoderLayer
 from opennmt_lite.models.stack import TransformerStack
+from opennmt_lite.recorder import record, recording_scope
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

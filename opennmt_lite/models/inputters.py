@@ -4,7 +4,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from opennmt_lite.layers.common import PACKAGE, apply_dropout, make_seed_generator
+from opennmt_lite import PACKAGE
+from opennmt_lite.layers.common import apply_dropout, make_seed_generator
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -4,10 +4,10 @@ encoding, the final layer norm (pre-norm) and the arguments of each of their lay
 import keras
 import tensorflow as tf
 
-from opennmt_lite.inspection.recorder import record
 from opennmt_lite.layers.common import LayerNorm, apply_dropout, make_seed_generator
 from opennmt_lite.layers.position import SinusoidalPositionEncoder, resolve_position_encoding
 from opennmt_lite.layers.transformer import hyperparameters
+from opennmt_lite.recorder import record
 
 
 class TransformerStack(keras.layers.Layer):

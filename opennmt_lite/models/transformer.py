@@ -2,11 +2,11 @@
 
 import keras
 
-from opennmt_lite.inspection.recorder import record, recording_scope
-from opennmt_lite.layers.common import PACKAGE
+from opennmt_lite import PACKAGE
 from opennmt_lite.models.decoders import SelfAttentionDecoder
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
+from opennmt_lite.recorder import record, recording_scope
 
 SHARE_EMBEDDINGS = ("none", "source_target_input", "target", "all")
 
@@ -41,7 +41,7 @@ class Transformer(keras.Model):
     "all" (both).
 
     Records source_embedded, the encoder's tensors under `encoder/`, target_embedded and the
-    decoder's under `decoder/` (see opennmt_lite.inspection.recorder).
+    decoder's under `decoder/` (see opennmt_lite.recorder).
     """
 
     def __init__(

@@ -7,7 +7,7 @@ uses schedule(k - 1), as OpenNMT-tf's optimizers did.
 import keras
 import tensorflow as tf
 
-from opennmt_lite.layers.common import PACKAGE
+from opennmt_lite import PACKAGE
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)

@@ -12,6 +12,9 @@ Recording happens in eager calls only. Inside a `tf.function` (and in Keras' sym
 `keras.Input` or `compute_output_spec`) `record` does nothing: a graph tensor cannot be used
 outside its graph, and the function's Python code runs once, when it is traced, not on each call.
 To inspect a computation, call it eagerly inside `recording()`.
+
+This module sits at the bottom of the package (it imports only TensorFlow), so that the layers and
+models can record without importing `opennmt_lite.inspection`, which shows what was recorded.
 """
 
 import contextlib

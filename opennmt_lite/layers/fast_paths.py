@@ -1,0 +1,253 @@
+"""The layers' TensorFlow fast paths, behind one switch chosen once at start-up.
+
+The layers (common.py, attention.py, transformer.py) are written as their plain formulas: those
+lines are the model. Where TensorFlow computes a formula faster, with less memory or more exactly
+in another form, that form lives here, and a layer takes it when `enabled()`. Every line of this
+module is speed (or, for the bfloat16 products, accuracy on some CPUs); none changes what the
+model computes beyond float rounding (and which dropout mask a seed draws):
+
+- `layer_norm` (training): a hand-written gradient. Automatic differentiation of the formula
+  keeps x, x - mean and the normalized x for the backward pass; this one keeps the normalized x
+  and the reciprocal deviation [..., 1]: two activations of the input's size fewer per layer norm.
+- `layer_norm_inference`: the same layer norm as a fused batch norm, which TensorFlow's grappler
+  rewrites into one oneDNN layer-norm kernel, about twice as fast as the separate ops (and the way
+  OpenNMT-tf's Keras 2 layer computes).
+- `dropout`: masks from 16 random bits per element, half of what a float32 uniform costs (the
+  random number generator dominates dropout's time); the backward pass keeps only the mask.
+- `dense_relu_dropout`: Dense + ReLU + dropout with a hand-written gradient that keeps only the
+  output and the input, not the ReLU output and the mask as well; in float32 the dropout scale is
+  folded into the kernel and bias (measured on an AVX2 CPU, where a pass over [tokens, units] is
+  not fused).
+- `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
+  are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
+  its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
+  zero) and is slower than a float32 MatMul between two casts.
+
+The switch: `configure(enabled=True, bfloat16_matmul=None)` reads the CPU and
+OPENNMT_LITE_BF16_MATMUL once and stores a frozen `Setting`; `build` calls it at start-up, where it
+sets the precision, and the first use configures the defaults if nothing did. The layers read the
+stored setting when they are traced, never the environment: a new setting reaches functions traced
+afterwards. With the switch off, the layers compute the plain formulas (automatic gradients, Keras'
+dropout drawn from the same seed generators, the plain matrix products).
+"""
+
+import dataclasses
+
+import tensorflow as tf
+
+from opennmt_lite import cpu
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """enabled: whether the layers take the fast paths (False: the plain formulas).
+    bfloat16_matmul: cpu.FLOAT32 or cpu.NATIVE, how `matmul` and `einsum` multiply bfloat16."""
+
+    enabled: bool
+    bfloat16_matmul: str
+
+
+_setting = None
+
+
+def configure(enabled=True, bfloat16_matmul=None):
+    """Chooses the fast paths for the process and returns the stored `Setting`.
+
+    bfloat16_matmul None: OPENNMT_LITE_BF16_MATMUL when set, else the hardware's choice
+    (`cpu.bfloat16_matmul_path`, which logs it); a bad value of the variable raises
+    `EnvironmentVariableError`. With `enabled` False the products are the plain ops (NATIVE),
+    whatever `bfloat16_matmul` says.
+    """
+    global _setting
+    if not enabled:
+        bfloat16_matmul = cpu.NATIVE
+    elif bfloat16_matmul is None:
+        bfloat16_matmul = cpu.bfloat16_matmul_path()
+    elif bfloat16_matmul not in (cpu.NATIVE, cpu.FLOAT32):
+        raise ValueError(f"bfloat16_matmul must be {cpu.NATIVE!r} or {cpu.FLOAT32!r}, "
+                         f"got {bfloat16_matmul!r}")
+    _setting = Setting(bool(enabled), bfloat16_matmul)
+    return _setting
+
+
+def setting():
+    """The stored `Setting`; the first call without an earlier `configure` configures the
+    defaults."""
+    return _setting or configure()
+
+
+def enabled():
+    """Whether the layers take the fast paths (read when a layer is traced)."""
+    return setting().enabled
+
+
+def _multiply_in_float32(a):
+    """Whether a product of `a` (and its same-dtype partner) is computed in float32 and rounded."""
+    return a.dtype == tf.bfloat16 and setting().bfloat16_matmul == cpu.FLOAT32
+
+
+def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=None):
+    """activation(a @ b + bias), as the fast path computes it.
+
+    a [..., m, k] and b [..., k, n] (each transposed first when flagged; batch dimensions
+    broadcast), optional bias [n] and element-wise activation -> [..., m, n] in a's dtype.
+    bfloat16 operands on the FLOAT32 path are multiplied in float32, bias and activation applied,
+    and the result rounded to bfloat16 once. Autodiff follows the casts, so the gradients are
+    float32 products (and a float32 bias sum) rounded to bfloat16. Otherwise the plain ops
+    MatMul -> BiasAdd -> activation, which TensorFlow's graph optimizer fuses into one oneDNN
+    kernel.
+    """
+    in_float32 = _multiply_in_float32(a)
+    dtype = a.dtype
+    if in_float32:
+        a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
+        bias = None if bias is None else tf.cast(bias, tf.float32)
+    outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    if bias is not None:
+        outputs = tf.nn.bias_add(outputs, bias)
+    if activation is not None:
+        outputs = activation(outputs)
+    return tf.cast(outputs, dtype) if in_float32 else outputs
+
+
+def einsum(equation, a, b):
+    """tf.einsum(equation, a, b) of two operands, computed like `matmul` (float32 then rounded,
+    for bfloat16 on the FLOAT32 path)."""
+    if _multiply_in_float32(a):
+        return tf.cast(tf.einsum(equation, tf.cast(a, tf.float32), tf.cast(b, tf.float32)), a.dtype)
+    return tf.einsum(equation, a, b)
+
+
+# Dropout draws 16 random bits per element: an element is dropped when its bits are below
+# round(rate * 2^16), so the rate is exact to 2^-16 and the kept values are scaled by the exact
+# inverse of the keep probability.
+_DROPOUT_LEVELS = 1 << 16
+
+
+def dropout_keep_mask(shape, rate, seed_generator):
+    """(keep [shape] bool, scale): keep each element with probability 1 - rate (to 2^-16).
+    A rate that rounds to 1 keeps nothing (scale 0: the output and its gradient are zeros)."""
+    threshold = int(round(rate * _DROPOUT_LEVELS))
+    if threshold >= _DROPOUT_LEVELS:
+        return tf.zeros(shape, tf.bool), 0.0
+    seed = tf.cast(seed_generator.next(), tf.int32)
+    halves = tf.concat([shape[:-1], [(shape[-1] + 1) // 2]], axis=0)
+    bits = tf.random.stateless_uniform(halves, seed, minval=None, maxval=None, dtype=tf.uint32)
+    bits = tf.reshape(tf.bitcast(bits, tf.uint16), tf.concat([shape[:-1], [-1]], axis=0))
+    bits = bits[..., : shape[-1]]  # an odd last dimension drew one spare half
+    keep = bits >= tf.constant(threshold, tf.uint16)
+    return keep, _DROPOUT_LEVELS / (_DROPOUT_LEVELS - threshold)
+
+
+def dropout(x, rate, seed_generator):
+    """Inverted dropout of x [...] in training, with a mask of `dropout_keep_mask`."""
+    keep, scale = dropout_keep_mask(tf.shape(x), rate, seed_generator)
+    return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros((), x.dtype))
+
+
+def dense_relu_dropout(x, kernel, bias, rate, seed_generator):
+    """dropout(relu(x @ kernel + bias)) in training, [..., in] -> [..., units], with a
+    hand-written gradient.
+
+    Where the output is positive both the ReLU and the dropout let the gradient through (times the
+    dropout scale s); everywhere else it is zero. So the backward pass needs only the output (which
+    the next layer keeps anyway) and x, instead of the ReLU output and the mask as well. The
+    forward ops stay MatMul -> BiasAdd -> Relu, which TensorFlow fuses into one kernel.
+    In float32, s > 0 commutes with the ReLU, so it multiplies the (small) kernel and bias instead
+    of the [tokens, units] output, and the small products of the backward pass: no pass over a
+    [tokens, units] tensor is spent on it (measured on an AVX2 CPU, where such passes are not
+    fused). In 16-bit types the scaled kernel would be rounded once more, so the output is
+    scaled there.
+    """
+    units = kernel.shape[-1]
+    leading = tf.shape(x)[:-1]
+    x2d = tf.reshape(x, [-1, x.shape[-1]])
+    keep, scale = dropout_keep_mask(tf.stack([tf.shape(x2d)[0], units]), rate, seed_generator)
+    scale = tf.cast(scale, x.dtype)
+    fold = x.dtype == tf.float32
+    zero = tf.zeros((), x.dtype)
+
+    @tf.custom_gradient
+    def forward(x2d, kernel, bias):
+        if fold:
+            kernel, bias = kernel * scale, bias * scale
+        inner = matmul(x2d, kernel, bias=bias, activation=tf.nn.relu)
+        outputs = tf.where(keep, inner if fold else inner * scale, zero)
+
+        def grad(upstream):
+            d_inner = tf.where(outputs > 0, upstream if fold else upstream * scale, zero)
+            d_x = matmul(d_inner, kernel, transpose_b=True)
+            d_kernel = matmul(x2d, d_inner, transpose_a=True)
+            # reduce_sum accumulates bfloat16 in float32 and rounds once (measured, TF 2.21 on
+            # CPU): no float32 detour needed. (BiasAddGrad in bfloat16 does not: its sums came
+            # out 6.7 % too small on an AVX2 CPU, hence the float32 bias in `matmul`.)
+            d_bias = tf.reduce_sum(d_inner, axis=0)
+            if fold:
+                d_kernel, d_bias = d_kernel * scale, d_bias * scale
+            return d_x, d_kernel, d_bias
+
+        return outputs, grad
+
+    return tf.reshape(forward(x2d, kernel, bias), tf.concat([leading, [units]], axis=0))
+
+
+def layer_norm(x, gamma, beta, epsilon):
+    """`gamma * (x - mean) * rsqrt(var + epsilon) + beta` over the last axis of float32 `x`
+    [..., depth], with a hand-written gradient.
+
+    Automatic differentiation of this formula keeps x, x - mean and the normalized x for the
+    backward pass; the gradient below needs only the normalized x and the reciprocal deviation
+    [..., 1], which saves two activations of the input's size per layer norm in training. With
+    g the incoming gradient and x_hat the normalized input:
+      d beta = sum g,  d gamma = sum g * x_hat  (over every axis but the last),
+      d x = rstd * (g*gamma - mean(g*gamma) - x_hat * mean(g*gamma * x_hat))  (means over depth).
+    """
+
+    @tf.custom_gradient
+    def normalize(x, gamma, beta):
+        mean, variance = tf.nn.moments(x, axes=[-1], keepdims=True)
+        rstd = tf.math.rsqrt(variance + epsilon)
+        x_hat = (x - mean) * rstd
+        outputs = x_hat * gamma + beta
+
+        def grad(upstream):
+            reduce_axes = tf.range(tf.rank(upstream) - 1)
+            d_beta = tf.reduce_sum(upstream, axis=reduce_axes)
+            d_gamma = tf.reduce_sum(upstream * x_hat, axis=reduce_axes)
+            d_x_hat = upstream * gamma
+            d_x = rstd * (
+                d_x_hat
+                - tf.reduce_mean(d_x_hat, axis=-1, keepdims=True)
+                - x_hat * tf.reduce_mean(d_x_hat * x_hat, axis=-1, keepdims=True)
+            )
+            return d_x, d_gamma, d_beta
+
+        return outputs, grad
+
+    return normalize(x, gamma, beta)
+
+
+def layer_norm_inference(x, gamma, beta, epsilon):
+    """The same layer norm as `layer_norm`, written for the forward pass only.
+
+    Every row of float32 `x` [..., depth] is seen as one channel of a [1, rows, depth, 1] NCHW
+    image, normalized by the fused batch-norm op, then scaled and shifted. TensorFlow's grappler
+    rewrites exactly this chain into one oneDNN layer-norm kernel (`_MklLayerNorm`), about twice
+    as fast as the separate mean, variance and arithmetic ops (and the way OpenNMT-tf's Keras 2
+    layer computes). Not for training: the batch-norm gradient would keep two activations of
+    the input's size where `layer_norm`'s keeps one.
+    """
+    # An explicit shape check in front: without it, grappler does not fuse the chain when x
+    # comes from a Cast (as under mixed precision), measured with TensorFlow 2.21.
+    x = tf.ensure_shape(x, x.shape)
+    shape = tf.shape(x)
+    rows = tf.reduce_prod(shape[:-1])
+    images = tf.reshape(x, [1, rows, shape[-1], 1])
+    normalized, _, _ = tf.compat.v1.nn.fused_batch_norm(
+        images,
+        scale=tf.ones([rows], tf.float32),
+        offset=tf.zeros([rows], tf.float32),
+        epsilon=epsilon,
+        data_format="NCHW",
+    )
+    return tf.reshape(normalized, shape) * gamma + beta

@@ -1,0 +1,176 @@
+"""The seam between the layers' math and their TensorFlow fast paths: with the switch off the
+layers compute the plain formulas (automatic gradients, Keras' dropout, plain products), and both
+agree within float32 rounding; the switch is read once, never from the environment at trace time."""
+
+import dataclasses
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from opennmt_lite import cpu
+from opennmt_lite.layers import Dense, FeedForwardNetwork, LayerNorm, fast_paths
+
+
+@pytest.fixture(autouse=True)
+def _restore_fast_paths():
+    before = fast_paths.setting()
+    yield
+    fast_paths.configure(before.enabled, before.bfloat16_matmul)
+
+
+def random(*shape, seed=0, scale=1.0):
+    return tf.constant(np.random.default_rng(seed).normal(size=shape).astype(np.float32) * scale)
+
+
+def outputs_and_gradients(layer, x, training, enabled):
+    """layer(x) and the gradients of sum(layer(x) * upstream) w.r.t. x and the layer's weights,
+    computed in a tf.function traced under the switch `enabled`."""
+    fast_paths.configure(enabled=enabled)
+    upstream = random(*x.shape[:-1], layer.compute_output_shape(x.shape)[-1], seed=9)
+
+    @tf.function
+    def run(x):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            outputs = layer(x, training=training)
+            loss = tf.reduce_sum(outputs * upstream)
+        return outputs, tape.gradient(loss, [x] + layer.trainable_variables)
+
+    outputs, gradients = run(x)
+    return [outputs.numpy()] + [g.numpy() for g in gradients]
+
+
+def assert_paths_agree(layer, x, training, rtol=1e-5, atol=1e-5):
+    fast = outputs_and_gradients(layer, x, training, enabled=True)
+    plain = outputs_and_gradients(layer, x, training, enabled=False)
+    for f, p in zip(fast, plain):
+        np.testing.assert_allclose(f, p, rtol=rtol, atol=atol)
+    return fast, plain
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_layer_norm_plain_and_fast_agree(training):
+    x = random(4, 7, 32, scale=3.0) + 0.5
+    norm = LayerNorm()
+    norm.build(x.shape)
+    norm.gamma.assign(random(32, seed=1).numpy())
+    norm.beta.assign(random(32, seed=2).numpy())
+    fast, plain = assert_paths_agree(norm, x, training)
+    if not training:
+        assert not np.array_equal(fast[0], plain[0])  # another kernel ran (the fused one)
+
+
+@pytest.mark.parametrize("training", [True, False])
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_dense_plain_and_fast_agree(training, activation):
+    dense = Dense(24, activation=activation)
+    dense.build((None, 16))
+    dense.bias.assign(random(24, seed=3, scale=0.5).numpy())
+    assert_paths_agree(dense, random(3, 5, 16), training)
+
+
+def test_ffn_plain_and_fast_agree_without_dropout_in_training_and_inference():
+    ffn = FeedForwardNetwork(32, 16, dropout=0.3)
+    ffn.build((None, None, 16))
+    x = random(3, 5, 16)
+    assert_paths_agree(ffn, x, training=False)
+    no_dropout = FeedForwardNetwork(32, 16, dropout=0.0)
+    no_dropout.build((None, None, 16))
+    for a, b in zip(no_dropout.weights, ffn.weights):
+        a.assign(b)
+    assert_paths_agree(no_dropout, x, training=True)
+
+
+def test_ffn_in_training_is_the_formula_with_its_own_mask_on_both_paths():
+    """With dropout, each path draws its own mask from the layer's seed generator: the fast one
+    16-bit masks (`fast_paths.dropout_keep_mask`), the plain one Keras' dropout. Given its mask,
+    each computes outer(dropout(relu(inner(x)))), outputs and gradients (the fast one through its
+    hand-written gradient, the plain one through automatic differentiation)."""
+    rate = 0.3
+    x = random(3, 5, 16)
+    upstream = random(3, 5, 16, seed=9)
+    ffn = FeedForwardNetwork(32, 16, dropout=rate)
+    ffn.build((None, None, 16))
+    state = ffn.dropout_seed.state.numpy()
+
+    def twin_seed():
+        twin = keras.random.SeedGenerator()
+        twin.state.assign(state)
+        return twin
+
+    masks = {
+        True: lambda: (lambda keep, scale: tf.where(keep, tf.cast(scale, tf.float32), 0.0))(
+            *fast_paths.dropout_keep_mask(tf.constant([15, 32]), rate, twin_seed())),
+        False: lambda: keras.random.dropout(tf.ones([15, 32]), rate, seed=twin_seed()),
+    }
+    for enabled, mask in masks.items():
+        ffn.dropout_seed.state.assign(state)
+        got = outputs_and_gradients(ffn, x, training=True, enabled=enabled)
+        mask = tf.reshape(mask(), [3, 5, 32])
+        weights = [tf.constant(w.numpy()) for w in ffn.trainable_variables]
+        with tf.GradientTape() as tape:
+            tape.watch([x] + weights)
+            inner_kernel, inner_bias, outer_kernel, outer_bias = weights
+            inner = tf.nn.relu(tf.einsum("btd,du->btu", x, inner_kernel) + inner_bias) * mask
+            reference = tf.einsum("btu,ud->btd", inner, outer_kernel) + outer_bias
+            loss = tf.reduce_sum(reference * upstream)
+        want = [reference.numpy()] + [g.numpy() for g in tape.gradient(loss, [x] + weights)]
+        assert 0.2 < np.mean(mask.numpy() == 0) < 0.4
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_the_switch_decides_the_ops():
+    norm = LayerNorm()
+    norm.build((None, None, 8))
+    ffn = FeedForwardNetwork(16, 8, dropout=0.1)
+    ffn.build((None, None, 8))
+    spec = tf.TensorSpec([None, None, 8])
+
+    def op_types(layer, training):
+        graph = tf.function(lambda x: layer(x, training=training)).get_concrete_function(spec).graph
+        return {op.type for op in graph.get_operations()}
+
+    fast_paths.configure(enabled=True)
+    assert "FusedBatchNormV3" in op_types(norm, False)
+    assert "Bitcast" in op_types(ffn, True)  # 16-bit dropout masks
+    fast_paths.configure(enabled=False)
+    assert "FusedBatchNormV3" not in op_types(norm, False)
+    assert "Bitcast" not in op_types(ffn, True)
+
+
+def test_the_setting_is_read_once_not_from_the_environment_at_trace_time(monkeypatch):
+    monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
+    setting = fast_paths.configure()
+    assert setting == fast_paths.Setting(enabled=True, bfloat16_matmul=cpu.FLOAT32)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setting.enabled = False
+    dense = Dense(4, dtype="bfloat16")
+    dense.build((None, 8))
+    spec = tf.TensorSpec([4, 8], tf.bfloat16)
+    for value in (cpu.NATIVE, "not a path"):  # neither changes anything now, nor raises
+        monkeypatch.setenv(cpu.BF16_MATMUL_ENV, value)
+        graph = tf.function(lambda a: dense(a)).get_concrete_function(spec).graph
+        assert [op.get_attr("T") for op in graph.get_operations() if op.type == "MatMul"] == [
+            tf.float32]
+        assert fast_paths.setting() is setting
+
+
+def test_the_first_use_configures_the_defaults_once(monkeypatch):
+    calls = []
+    monkeypatch.setattr(fast_paths, "_setting", None)
+    monkeypatch.setattr(cpu, "bfloat16_matmul_path", lambda: calls.append(1) or cpu.NATIVE)
+    assert fast_paths.enabled()
+    assert fast_paths.setting() == fast_paths.Setting(enabled=True, bfloat16_matmul=cpu.NATIVE)
+    Dense(4)(tf.ones([2, 3]))
+    assert len(calls) == 1
+
+
+def test_switched_off_the_products_are_the_plain_ops_whatever_the_cpu(monkeypatch):
+    monkeypatch.setattr(cpu, "bfloat16_matmul_path", lambda: pytest.fail("read the CPU"))
+    assert fast_paths.configure(enabled=False, bfloat16_matmul=cpu.FLOAT32) == fast_paths.Setting(
+        enabled=False, bfloat16_matmul=cpu.NATIVE)
+    with pytest.raises(ValueError, match="bfloat16_matmul"):
+        fast_paths.configure(bfloat16_matmul="fast")
