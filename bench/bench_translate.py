@@ -18,7 +18,7 @@ The measurement:
   PRETRAIN overrides below: 2 048-token batches without accumulation, Noam schedule scaled 1.0
   with 600 warm-up steps), cached in runs/bench_cache/translate/pretrain/ (a larger --steps
   resumes the cached training, a smaller one is refused). Both sides load that checkpoint
-  (opennmt-lite through `opennmt_lite.onmt.checkpoint_import.load_onmt_model`).
+  (opennmt-lite through `opennmt_lite.checkpointing.onmt_names.load_onmt_model`).
   `--checkpoint PATH` uses another OpenNMT-tf checkpoint instead (e.g. the untrained
   runs/bench_cache/onmt_init_ckpt, with a small `--maximum-decoding-length`).
 * Each run (a fresh process; the harness alternates opennmt-lite, OpenNMT-tf, ...) traces its

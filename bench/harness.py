@@ -615,7 +615,7 @@ def lite_model(model_config, source_size, target_size, dtype="float32", checkpoi
     _import_lite()
     import keras
     from opennmt_lite.models import PRESETS, Transformer
-    from opennmt_lite.onmt.checkpoint_import import load_onmt_model
+    from opennmt_lite.checkpointing.onmt_names import load_onmt_model
 
     model_config = dict(model_config)
     preset = model_config.pop("preset", None)

@@ -131,12 +131,12 @@ def wait_for(predicate, process, deadline):
 # -- the checks ----------------------------------------------------------------------------------
 
 def latest_step(model_dir):
-    """The step of the checkpoint a resumed run restores (opennmt_lite.checkpoints' choice)."""
+    """The step of the checkpoint a resumed run restores (opennmt_lite.checkpointing.store's choice)."""
     import tensorflow as tf
 
-    from opennmt_lite import checkpoints
+    from opennmt_lite.checkpointing import store
 
-    prefix = checkpoints.latest(model_dir)
+    prefix = store.latest(model_dir)
     if prefix is None:
         return None
     return int(tf.train.load_checkpoint(prefix).get_tensor("optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE"))
@@ -144,14 +144,14 @@ def latest_step(model_dir):
 
 def leftovers(model_dir):
     """What a save cut short leaves: TensorFlow's ckpt-N_temp/ folders, incomplete checkpoints."""
-    from opennmt_lite import checkpoints
+    from opennmt_lite.checkpointing import store
 
-    directory = checkpoints.checkpoint_directory(model_dir)
+    directory = store.checkpoint_directory(model_dir)
     if not os.path.isdir(directory):
         return []
-    found = [name for name in os.listdir(directory) if checkpoints.LEFTOVER_PATTERN.match(name)]
-    found += [os.path.basename(p) for p in checkpoints.candidates(directory)
-              if checkpoints.damage(p, read_data=False) is not None]
+    found = [name for name in os.listdir(directory) if store.LEFTOVER_PATTERN.match(name)]
+    found += [os.path.basename(p) for p in store.candidates(directory)
+              if store.damage(p, read_data=False) is not None]
     return found
 
 
@@ -160,12 +160,12 @@ def final_values(model_dir):
     kept (the save counter differs between the runs: a resumed run saves some steps twice)."""
     import tensorflow as tf
 
-    from opennmt_lite import checkpoints
+    from opennmt_lite.checkpointing import store
 
-    directory = checkpoints.checkpoint_directory(model_dir)
-    kept = sorted(int(p.rsplit("-", 1)[1]) for p in checkpoints.candidates(directory)
-                  if checkpoints.damage(p) is None)
-    reader = tf.train.load_checkpoint(checkpoints.latest(model_dir))
+    directory = store.checkpoint_directory(model_dir)
+    kept = sorted(int(p.rsplit("-", 1)[1]) for p in store.candidates(directory)
+                  if store.damage(p) is None)
+    reader = tf.train.load_checkpoint(store.latest(model_dir))
     values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
               if not name.startswith("save_counter") and not name.startswith("_CHECKPOINTABLE")}
     return values, kept

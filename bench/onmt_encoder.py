@@ -1,7 +1,7 @@
 """OpenNMT-tf 2.32 side of the encoder benchmark. Runs INSIDE the OpenNMT-tf virtual environment.
 
     # once: a freshly initialised (seeded) checkpoint of the benchmark model, in OpenNMT-tf's
-    # format, that the opennmt-lite side loads too (opennmt_lite.onmt.checkpoint_import.load_onmt_model)
+    # format, that the opennmt-lite side loads too (opennmt_lite.checkpointing.onmt_names.load_onmt_model)
     bench/.venv-onmt/bin/python bench/onmt_encoder.py --write-checkpoint runs/bench_cache/onmt_init_ckpt
 
     # the measurement

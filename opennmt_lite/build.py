@@ -17,7 +17,9 @@ import os
 
 import keras
 
-from opennmt_lite import checkpoints, cpu
+from opennmt_lite import cpu
+from opennmt_lite.checkpointing import formats
+from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
 from opennmt_lite.config import ConfigError
 from opennmt_lite.data import EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
@@ -245,9 +247,9 @@ def warn_surprises(train, num_replicas=1):
 
 
 def trainer(config, with_evaluation=None):
-    """The `Trainer` of a config, with everything it needs built in the right order; restores
-    the latest checkpoint of model_dir. `with_evaluation` defaults to whether the config names
-    evaluation files."""
+    """The `Trainer` of a config, with everything it needs built in the right order, restored
+    from the latest checkpoint of model_dir (`Trainer.restore`). `with_evaluation` defaults to
+    whether the config names evaluation files."""
     from opennmt_lite.training.distribute import make_strategy
     from opennmt_lite.training.lock import prepare_model_dir
     from opennmt_lite.training.step import TrainStep, configure_threads
@@ -278,10 +280,22 @@ def trainer(config, with_evaluation=None):
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
+    result.restore()  # (before the evaluator, which starts from the step restored)
     if config.with_evaluation if with_evaluation is None else with_evaluation:
         if result.chief:
             result.evaluator = evaluator(config, transformer, built_assets, result.step)
     return result
+
+
+def training_checkpoint(config, save_dir=None):
+    """The training checkpoint of a config (model, optimizer and data position; see
+    checkpointing/training_checkpoint.py), built in its training precision as `trainer` builds
+    them, saving to `save_dir`, not restored: for checkpoint averaging and vocabulary updates."""
+    policy = set_precision(config.train.dtype_policy)
+    transformer = model(config.model, assets(config.data))
+    built_optimizer = optimizer(config.params, policy)
+    built_optimizer.build(transformer.trainable_variables)
+    return new_training_checkpoint(transformer, built_optimizer, save_dir=save_dir)
 
 
 def decoding_options(params, infer_config, beam_width=None, n_best=None):
@@ -310,7 +324,7 @@ def inference_model(config, checkpoint=None, required=True):
     built_assets = assets(config.data)
     transformer = model(config.model, built_assets)
     try:
-        path = checkpoints.restore_weights(transformer, config.model_dir, checkpoint)
+        path = formats.restore_weights(transformer, config.model_dir, checkpoint)
     except FileNotFoundError:
         if required or checkpoint is not None:
             raise

@@ -57,7 +57,7 @@ def one_step(out):
 def train(config_path, out, num_devices=None):
     from opennmt_lite.config import load_config
     from opennmt_lite import build
-    from opennmt_lite.variables import named_variables
+    from opennmt_lite.checkpointing.names import named_variables
 
     overrides = {"train": {"num_devices": int(num_devices)}} if num_devices else None
     trainer = build.trainer(load_config(config_path, overrides))

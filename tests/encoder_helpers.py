@@ -4,7 +4,7 @@ import numpy as np
 
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
-from opennmt_lite.variables import named_variables
+from opennmt_lite.checkpointing.names import named_variables
 
 # The worked example: a vocabulary of 26, depth 4, 2 heads, relative positions up to 8, a batch
 # of 3 sequences of length 3 whose second one is padded.

@@ -13,9 +13,13 @@ import tensorflow as tf
 
 import run
 from conftest import ONMT_FIXTURE
-from opennmt_lite import checkpoints
-from opennmt_lite.checkpoints import Checkpoint, CheckpointError
-from opennmt_lite.training.optimizers import optimizer_state
+from training_helpers import TINY_MODEL, training_config
+from opennmt_lite import build
+from opennmt_lite.checkpointing import formats, store
+from opennmt_lite.checkpointing.names import named_variables, optimizer_state
+from opennmt_lite.checkpointing.store import Checkpoint, CheckpointError
+from opennmt_lite.checkpointing.training_checkpoint import GROUPS_DONE, training_checkpoint
+from opennmt_lite.training.trainer import Trainer
 
 CONFIG = str(ONMT_FIXTURE.parent / "onmt_fixture.yml")
 
@@ -43,7 +47,7 @@ SLOTS = {"Adam": ["m", "v"], "AdamW": ["m", "v"], "Adam-amsgrad": ["m", "v", "vh
 
 @pytest.mark.parametrize("kind", sorted(OPTIMIZERS))
 def test_optimizer_state_is_exactly_the_keras_slots_and_updates_as_adam(kind):
-    """Guards `optimizers.slot_variables` against Keras upgrades: the state named must be every
+    """Guards `names.slot_variables` against Keras upgrades: the state named must be every
     variable the optimizer owns (its learning rate aside), with the model variables' shapes, and
     one update must change each slot as the algorithm says."""
     named = layer_variables()
@@ -92,10 +96,8 @@ def make_checkpoint(directory, max_to_keep=3):
     model = Tiny()
     optimizer = keras.optimizers.Adam(learning_rate=0.1)
     optimizer.build(model.trainable_variables)
-    step = keras.Variable(0, dtype="int64", trainable=False, name="groups_done")
-    checkpoint = Checkpoint(model, optimizer, save_dir=str(directory), max_to_keep=max_to_keep,
-                            extra={"data/groups_done": step})
-    return checkpoint, model, step
+    checkpoint = training_checkpoint(model, optimizer, save_dir=str(directory), max_to_keep=max_to_keep)
+    return checkpoint, model, checkpoint.variables[GROUPS_DONE]
 
 
 def save_steps(directory, steps, max_to_keep=3):
@@ -109,7 +111,7 @@ def save_steps(directory, steps, max_to_keep=3):
 
 
 def on_disk(directory):
-    return sorted(int(p.rsplit("-", 1)[1]) for p in checkpoints.candidates(str(directory)))
+    return sorted(int(p.rsplit("-", 1)[1]) for p in store.candidates(str(directory)))
 
 
 def remove_index(prefix):
@@ -153,7 +155,7 @@ def test_damaged_latest_is_skipped_then_rotation_keeps_every_intact_one(tmp_path
     assert on_disk(directory) == [2, 4, 5]
     checkpoint.save(6)
     assert on_disk(directory) == [4, 5, 6]
-    assert all(checkpoints.damage(p) is None for p in checkpoints.candidates(str(directory)))
+    assert all(store.damage(p) is None for p in store.candidates(str(directory)))
 
 
 def test_rotation_never_counts_a_damaged_checkpoint(tmp_path):
@@ -223,26 +225,26 @@ def test_restore_weights_falls_back_and_reads_a_named_checkpoint(tmp_path):
     save_steps(directory, [2, 4, 6])
     truncate_data(str(directory / "ckpt-6"))
     model = Tiny()
-    assert checkpoints.restore_weights(model, str(tmp_path / "run")) == str(directory / "ckpt-4")
+    assert formats.restore_weights(model, str(tmp_path / "run")) == str(directory / "ckpt-4")
     assert np.all(model.kernel.numpy() == 4)
     assert os.path.exists(directory / "ckpt-6.index")  # inference never moves files
     # a file of the checkpoint names it too; a damaged one named explicitly is an error
-    assert checkpoints.restore_weights(model, "unused", str(directory / "ckpt-2.index")).endswith("ckpt-2")
+    assert formats.restore_weights(model, "unused", str(directory / "ckpt-2.index")).endswith("ckpt-2")
     assert np.all(model.kernel.numpy() == 2)
     with pytest.raises(CheckpointError, match=f"checkpoint {directory / 'ckpt-6'} is damaged"):
-        checkpoints.restore_weights(model, "unused", str(directory / "ckpt-6"))
+        formats.restore_weights(model, "unused", str(directory / "ckpt-6"))
     assert np.all(model.kernel.numpy() == 2)  # nothing assigned
 
 
 def test_resolve_errors_name_the_path(tmp_path):
     with pytest.raises(CheckpointError, match=f"checkpoint {tmp_path / 'nope'} not found"):
-        checkpoints.resolve(str(tmp_path / "nope"))
+        store.resolve(str(tmp_path / "nope"))
     with pytest.raises(FileNotFoundError, match=f"no checkpoint found in directory {tmp_path}"):
-        checkpoints.resolve(str(tmp_path))
+        store.resolve(str(tmp_path))
     prefix = str(ONMT_FIXTURE / "ckpt-500")
-    assert checkpoints.resolve(prefix + ".index") == prefix
-    assert checkpoints.resolve(str(ONMT_FIXTURE)) == prefix
-    assert checkpoints.is_onmt(prefix)
+    assert store.resolve(prefix + ".index") == prefix
+    assert store.resolve(str(ONMT_FIXTURE)) == prefix
+    assert formats.is_onmt(prefix)
 
 
 @pytest.mark.parametrize("case", ["missing", "empty_directory", "damaged"])
@@ -270,3 +272,29 @@ def test_index_file_argument_is_accepted(tmp_path):
                      "--predictions_file", str(output), "--checkpoint", str(ONMT_FIXTURE / "ckpt-500.index"),
                      "--beam_width", "1"]) == 0
     assert len(output.read_text().splitlines()) == 8
+
+
+# -- a trainer restores when asked, not when constructed ----------------------------------------
+
+def test_trainer_restores_only_when_asked(tmp_path):
+    """Constructing a Trainer leaves its model, step and data position as built; restore()
+    then resumes the run in model_dir as build.trainer's trainer does."""
+    build.trainer(training_config(tmp_path, model=TINY_MODEL, train={"max_step": 3})).run()
+    config = training_config(tmp_path, model=TINY_MODEL, train={"max_step": 6})
+    resumed = build.trainer(config)  # (build.trainer calls restore)
+    model = build.model(config.model, build.assets(config.data))
+    optimizer = build.optimizer(config.params, config.train.dtype_policy)
+    optimizer.build(model.trainable_variables)
+    initial = {name: v.numpy().copy() for name, v in named_variables(model).items()}
+
+    trainer = Trainer(config.model_dir, config.train, model, optimizer, resumed.training_inputs,
+                      resumed.train_step)
+    assert trainer.step == 0 and int(trainer.groups_done.numpy()) == 0
+    assert trainer.restored is None and trainer.checkpoint.latest is None
+    for name, variable in named_variables(model).items():
+        np.testing.assert_array_equal(variable.numpy(), initial[name], err_msg=name)
+
+    assert trainer.restore() == resumed.restored == str(tmp_path / "run" / "checkpoints" / "ckpt-3")
+    assert trainer.step == 3 and int(trainer.groups_done.numpy()) == 3
+    for (name, a), b in zip(named_variables(resumed.model).items(), named_variables(model).values()):
+        np.testing.assert_array_equal(b.numpy(), a.numpy(), err_msg=name)

@@ -10,7 +10,7 @@ from conftest import ONMT_FIXTURE
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import MultiHeadAttention
-from opennmt_lite.onmt.checkpoint_import import load_onmt_encoder
+from opennmt_lite.checkpointing.onmt_names import load_onmt_encoder
 
 
 def test_num_units_not_divisible_by_num_heads():

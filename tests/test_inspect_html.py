@@ -89,9 +89,9 @@ def worked(tmp_path_factory):
     """The worked example with every weight drawn at random (biases and norms included, as in
     test_encoder_reference), saved as a checkpoint; the page of its 3-sentence batch."""
     from opennmt_lite import build
-    from opennmt_lite.checkpoints import Checkpoint
+    from opennmt_lite.checkpointing.store import Checkpoint
     from opennmt_lite.config import load_config
-    from opennmt_lite.variables import named_variables
+    from opennmt_lite.checkpointing.names import named_variables
 
     directory = tmp_path_factory.mktemp("inspect_html")
     config = yaml.safe_load((REPO / "configs/walkthrough.yml").read_text())

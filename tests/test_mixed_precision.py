@@ -16,7 +16,7 @@ from conftest import ONMT_FIXTURE
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import Dense, LayerNorm
-from opennmt_lite.onmt.checkpoint_import import load_onmt_encoder
+from opennmt_lite.checkpointing.onmt_names import load_onmt_encoder
 
 UNIT_ROUNDOFF = {"mixed_float16": 2.0**-11, "mixed_bfloat16": 2.0**-8}
 COMPUTE_DTYPE = {"mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from opennmt_lite.models import Transformer
-from opennmt_lite.variables import named_variables
+from opennmt_lite.checkpointing.names import named_variables
 
 FEATURES = {
     "source_ids": np.array([[4, 5, 6], [7, 8, 0]], np.int32),

@@ -11,10 +11,9 @@ import yaml
 
 from conftest import ONMT_FIXTURE
 from opennmt_lite.config import build_config
-from opennmt_lite.onmt.checkpoint_import import VALUE_SUFFIX
-from opennmt_lite.training.optimizers import optimizer_state
+from opennmt_lite.checkpointing.onmt_names import VALUE_SUFFIX
 from opennmt_lite import build
-from opennmt_lite.variables import named_variables
+from opennmt_lite.checkpointing.names import named_variables, optimizer_state
 
 
 def digest(directory):

@@ -17,7 +17,7 @@ from conftest import ONMT_FIXTURE
 from opennmt_lite.inference.decoding import DecodingOptions, translation_function
 from test_inference import greedy_search
 from opennmt_lite.models import Transformer
-from opennmt_lite.onmt.checkpoint_import import load_onmt_model
+from opennmt_lite.checkpointing.onmt_names import load_onmt_model
 from opennmt_lite.data.vocab import Vocabulary
 
 INFER_BATCH_SIZE = 16

@@ -8,7 +8,7 @@ import pytest
 from conftest import ONMT_FIXTURE
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
-from opennmt_lite.onmt.checkpoint_import import load_onmt_encoder
+from opennmt_lite.checkpointing.onmt_names import load_onmt_encoder
 from opennmt_lite.recorder import recording
 
 # Names of the fixture's layer-0 step arrays -> names in our recording (under layers/0/).
@@ -94,7 +94,7 @@ def test_layer0_intermediates_match_opennmt(fixture_model, which):
 
 def test_variable_names_mirror_opennmt_checkpoint(fixture_model):
     """Our attribute paths are OpenNMT-tf's checkpoint paths: the import is a flat name map."""
-    from opennmt_lite.variables import named_variables
+    from opennmt_lite.checkpointing.names import named_variables
 
     _, encoder = fixture_model
     listed = (ONMT_FIXTURE / "variables.txt").read_text().splitlines()

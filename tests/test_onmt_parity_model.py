@@ -6,7 +6,7 @@ import pytest
 from conftest import ONMT_FIXTURE
 from opennmt_lite.training.losses import cross_entropy_sequence_loss
 from opennmt_lite.models import Transformer
-from opennmt_lite.onmt.checkpoint_import import load_onmt_model
+from opennmt_lite.checkpointing.onmt_names import load_onmt_model
 from opennmt_lite.recorder import recording
 
 

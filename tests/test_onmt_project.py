@@ -171,9 +171,9 @@ def test_score_matches_public_fixture(tmp_path, tag="beam4.nbest4.scores", n_bes
 
 
 def test_update_vocab_matches_opennmt_and_trains_on(tmp_path):
-    from opennmt_lite import checkpoints
+    from opennmt_lite.checkpointing import store
     from opennmt_lite.data.vocab import Vocabulary
-    from opennmt_lite.onmt.checkpoint_import import SOURCE_EMBEDDING, TARGET_EMBEDDING
+    from opennmt_lite.checkpointing.onmt_names import SOURCE_EMBEDDING, TARGET_EMBEDDING
 
     config = project_config(tmp_path)
     output = tmp_path / "updated"
@@ -229,7 +229,7 @@ def test_update_vocab_matches_opennmt_and_trains_on(tmp_path):
     with open(train_config, "w") as stream:
         yaml.safe_dump(values, stream)
     assert run.main(["train", "--config", train_config]) == 0
-    prefix = checkpoints.latest(str(output))
+    prefix = store.latest(str(output))
     assert prefix.endswith("checkpoints/ckpt-402")
     trained = tf.train.load_checkpoint(prefix)
     assert trained.get_tensor("optimizer/iterations" + suffix) == 402

@@ -20,7 +20,8 @@ import run
 from conftest import ONMT_FIXTURE
 from data_helpers import REPO
 from training_helpers import TINY_MODEL, training_user, write_slice
-from opennmt_lite import build, checkpoints
+from opennmt_lite import build
+from opennmt_lite.checkpointing import store
 from opennmt_lite.config import build_config, load_config
 from opennmt_lite.data.fingerprints import fingerprint_path
 from opennmt_lite.data.tokenizers import sentencepiece_to_vocabulary_tokens, train_sentencepiece
@@ -182,7 +183,7 @@ def wait_for_step(model_dir, step, process, timeout=300):
 
 def newest_checkpoint_step(model_dir):
     """The step of the checkpoint a resumed run would restore."""
-    return int(tf.train.load_checkpoint(checkpoints.latest(model_dir)).get_tensor(
+    return int(tf.train.load_checkpoint(store.latest(model_dir)).get_tensor(
         "optimizer/iterations/.ATTRIBUTES/VARIABLE_VALUE"))
 
 

@@ -119,7 +119,7 @@ def test_saved_weights_reload_identically(tmp_path):
 
 def test_tf_checkpoint_holds_every_encoder_variable(tmp_path):
     """tf.train.Checkpoint of the variable map holds every weight, by name."""
-    from opennmt_lite.variables import named_variables, nested
+    from opennmt_lite.checkpointing.names import named_variables, nested
 
     embedder, encoder = build_encoder(maximum_relative_position=8)
     named = named_variables(encoder, include_seeds=False)

@@ -11,11 +11,10 @@ import tensorflow as tf
 
 from data_helpers import REPO
 from training_helpers import TINY_MODEL, training_config
-from opennmt_lite.checkpoints import contents
-from opennmt_lite.training.optimizers import optimizer_state
+from opennmt_lite.checkpointing.names import named_variables, optimizer_state
+from opennmt_lite.checkpointing.store import contents
 from opennmt_lite import build
 from opennmt_lite.training.trainer import TrainingError
-from opennmt_lite.variables import named_variables
 
 
 def reports(model_dir):

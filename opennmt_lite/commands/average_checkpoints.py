@@ -16,9 +16,18 @@ def add_arguments(parser):
 
 
 def run(args, config):
-    from opennmt_lite.training.averaging import average_checkpoints
-
     output_dir = args.output_dir or os.path.join(config.model_dir, "avg")
-    path = average_checkpoints(config, output_dir, args.max_count)
+    path = average(config, output_dir, args.max_count)
     print(path)
     return path
+
+
+def average(config, output_dir, max_count, option="--output_dir"):
+    """Averages the newest `max_count` checkpoints of config.model_dir into `output_dir` (named
+    `option` in errors); returns the prefix written. The checkpoints are checked before the
+    model is built."""
+    from opennmt_lite import build
+    from opennmt_lite.training import averaging
+
+    prefixes = averaging.checkpoints_to_average(config.model_dir, output_dir, max_count, option)
+    return averaging.average_checkpoints(build.training_checkpoint(config, output_dir), prefixes)

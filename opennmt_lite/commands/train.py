@@ -63,19 +63,19 @@ def run(args, config):
 def average_at_end(config):
     """train.average_last_checkpoints: the newest N checkpoints averaged into <model_dir>/avg,
     as OpenNMT-tf does at the end of training (skipped, with a warning, when fewer than 2)."""
-    from opennmt_lite import checkpoints
-    from opennmt_lite.training.averaging import average_checkpoints
+    from opennmt_lite.checkpointing import store
+    from opennmt_lite.commands.average_checkpoints import average
 
     count = config.train.average_last_checkpoints
-    available = [p for p in checkpoints.candidates(checkpoints.checkpoint_directory(config.model_dir))
-                 if checkpoints.damage(p, read_data=False) is None]
+    available = [p for p in store.candidates(store.checkpoint_directory(config.model_dir))
+                 if store.damage(p, read_data=False) is None]
     if len(available) < 2 or count < 2:
         logger.warning("train.average_last_checkpoints: %d: not averaging, %d checkpoint(s) in %s "
                        "(at least 2 needed)", count, min(len(available), count),
-                       checkpoints.checkpoint_directory(config.model_dir))
+                       store.checkpoint_directory(config.model_dir))
         return None
     output_dir = os.path.join(config.model_dir, "avg")
-    path = average_checkpoints(config, output_dir, count, option="<model_dir>/avg")
+    path = average(config, output_dir, count, option="<model_dir>/avg")
     logger.info("train.average_last_checkpoints: the average of the last %d checkpoints is %s "
                 "(use it with --checkpoint %s)", min(count, len(available)), path, output_dir)
     return path

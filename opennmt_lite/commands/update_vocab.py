@@ -14,10 +14,12 @@ def add_arguments(parser):
 
 
 def run(args, config):
+    from opennmt_lite import build
     from opennmt_lite.training.vocab_update import update_vocab
 
     if not args.src_vocab and not args.tgt_vocab:
         raise ArgumentError("update_vocab: give --src_vocab, --tgt_vocab or both")
-    path = update_vocab(config, args.output_dir, args.src_vocab, args.tgt_vocab)
+    path = update_vocab(config, args.output_dir, args.src_vocab, args.tgt_vocab,
+                        build.training_checkpoint)
     print(path)
     return path

@@ -26,9 +26,9 @@ import os
 
 import tensorflow as tf
 
+from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
 from opennmt_lite.training.losses import cross_entropy_sequence_loss
-from opennmt_lite.training.optimizers import inner_optimizer
 
 logger = logging.getLogger("opennmt_lite")
 

@@ -15,13 +15,14 @@ import signal
 import tempfile
 import time
 
-import keras
 import tensorflow as tf
 
-from opennmt_lite.checkpoints import Checkpoint, checkpoint_directory, restore_for_training
+from opennmt_lite.checkpointing.formats import restore_for_training
+from opennmt_lite.checkpointing.names import inner_optimizer
+from opennmt_lite.checkpointing.store import checkpoint_directory
+from opennmt_lite.checkpointing.training_checkpoint import GROUPS_DONE, training_checkpoint
 from opennmt_lite.errors import UserError
 from opennmt_lite.training.distribute import is_chief
-from opennmt_lite.training.optimizers import inner_optimizer
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -48,7 +49,7 @@ class StopRequest:
     def _handle(self, signum, frame):
         if self.signal is not None and signum == signal.SIGINT:
             # A second Ctrl-C stops at once, without saving (`run.py` exits with status 130; the
-            # newest checkpoint on disk is intact: checkpoints.py skips a save cut short).
+            # newest checkpoint on disk is intact: checkpointing/store.py skips a save cut short).
             raise KeyboardInterrupt
         self.signal = signal.Signals(signum).name
         logger.warning("%s received: finishing the current step, then saving a checkpoint", self.signal)
@@ -132,14 +133,15 @@ def current_learning_rate(optimizer):
 class Trainer:
     """One training run over built objects (see `opennmt_lite.build.trainer`).
 
-    Construction restores the newest intact opennmt-lite checkpoint of model_dir (or imports an
+    `restore()` restores the newest intact opennmt-lite checkpoint of model_dir (or imports an
     OpenNMT-tf one found there); `run()` trains until max_step, early stopping, a signal, or NaN.
     """
 
     def __init__(self, model_dir, train_config, model, optimizer, training_inputs, train_step,
                  strategy=None, evaluator=None):
         """Objects built by `opennmt_lite.build.trainer`; `train_config` is the `train` section.
-        `training_inputs` holds one TrainingInput per local replica."""
+        `training_inputs` holds one TrainingInput per local replica. Nothing is restored yet
+        (see restore)."""
         self.model_dir = model_dir
         self.train_config = train_config
         self.model = model
@@ -147,27 +149,20 @@ class Trainer:
         self.strategy = strategy
         self.chief = is_chief(strategy)
         self.evaluator = evaluator
-        # Groups of batches consumed so far: saved with the weights so that a resumed run reads
-        # the data from where the interrupted one stopped.
-        self.groups_done = keras.Variable(0, dtype="int64", trainable=False, name="groups_done")
         save_dir = checkpoint_directory(self.model_dir)
         if not self.chief:  # every worker saves (collectives), only the chief's files are kept
             self._scratch = tempfile.mkdtemp(prefix="opennmt_lite_worker_")
-        self.checkpoint = Checkpoint(
+        self.checkpoint = training_checkpoint(
             self.model, self.optimizer,
             save_dir=save_dir if self.chief else self._scratch,
             restore_dir=save_dir,  # every worker resumes from the chief's checkpoints
             max_to_keep=train_config.keep_checkpoint_max,
-            extra={"data/groups_done": self.groups_done},
         )
-        # the newest readable opennmt-lite checkpoint, else an OpenNMT-tf one of model_dir
-        self.restored = restore_for_training(self.checkpoint, self.model_dir)
+        # Groups of batches consumed so far: saved with the weights so that a resumed run reads
+        # the data from where the interrupted one stopped.
+        self.groups_done = self.checkpoint.variables[GROUPS_DONE]
+        self.restored = None
         self.max_step = train_config.max_step
-        if self.max_step is not None and self.step >= self.max_step:
-            raise TrainingError(
-                f"the checkpoint is at step {self.step}, which reaches train.max_step="
-                f"{self.max_step}: raise max_step to train further"
-            )
         self.training_inputs = training_inputs
         self.training_input = training_inputs[0]
         stats = self.training_input.stats
@@ -179,7 +174,21 @@ class Trainer:
             strategy.num_replicas_in_sync if strategy else 1,
         )
         self.train_step = train_step
+        self.last_saved = None
+
+    def restore(self):
+        """Restores the newest readable opennmt-lite checkpoint of model_dir, else imports an
+        OpenNMT-tf one (or an average or vocabulary update) found directly in model_dir; returns
+        its prefix, or None (training starts from scratch). TrainingError if the step restored
+        already reaches train.max_step."""
+        self.restored = restore_for_training(self.checkpoint, self.model_dir)
+        if self.max_step is not None and self.step >= self.max_step:
+            raise TrainingError(
+                f"the checkpoint is at step {self.step}, which reaches train.max_step="
+                f"{self.max_step}: raise max_step to train further"
+            )
         self.last_saved = self.step if self.restored else None
+        return self.restored
 
     @property
     def step(self):

@@ -1,7 +1,7 @@
 """Vocabulary update (`run.py update_vocab`), as OpenNMT-tf 2.32's `update_vocab` run type.
 
-The newest checkpoint of model_dir (either format) is restored into the model and optimizer of
-the config; a second model and optimizer are built with the new vocabularies; every weight and
+The newest checkpoint of model_dir (either format) is restored into a training checkpoint
+built from the config; a second one is built with the new vocabularies; every weight and
 optimizer slot is copied, except the vocabulary-sized ones (source and target embeddings, the
 output layer's kernel columns and bias), which are rebuilt row by row as OpenNMT-tf does
 (`opennmt.data.vocab.get_mapping` in "replace" mode): a token of the new vocabulary that the
@@ -17,11 +17,10 @@ import logging
 
 import numpy as np
 
-from opennmt_lite import checkpoints
+from opennmt_lite.checkpointing import formats, store
+from opennmt_lite.checkpointing.names import named_trainable, optimizer_state
 from opennmt_lite.data.vocab import Vocabulary
-from opennmt_lite.training.averaging import check_output_dir, restored_checkpoint, training_checkpoint
-from opennmt_lite.training.optimizers import optimizer_state
-from opennmt_lite.variables import named_variables
+from opennmt_lite.training.averaging import check_output_dir
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -50,13 +49,16 @@ def remap(value, mapping, axis=0):
     return np.moveaxis(result, 0, axis)
 
 
-def update_vocab(config, output_dir, source_vocabulary=None, target_vocabulary=None):
+def update_vocab(config, output_dir, source_vocabulary, target_vocabulary, build_checkpoint):
     """Writes the checkpoint of config.model_dir's newest checkpoint updated to the new
-    vocabularies (None: that side's unchanged) into `output_dir`; returns its prefix."""
+    vocabularies (None: that side's unchanged) into `output_dir`; returns its prefix.
+    `build_checkpoint(config, save_dir=None)` builds the training checkpoint of a config (see
+    build.training_checkpoint); it is called once the checkpoint and the vocabularies are read,
+    for the old vocabularies and the new."""
     check_output_dir(output_dir, config.model_dir, "--output_dir")
-    prefix = checkpoints.latest(config.model_dir)
+    prefix = store.latest(config.model_dir)
     if prefix is None:
-        raise checkpoints.CheckpointNotFoundError(f"no checkpoint to update in {config.model_dir}")
+        raise store.CheckpointNotFoundError(f"no checkpoint to update in {config.model_dir}")
     old_vocabularies = {"source": Vocabulary.from_file(config.data.source_vocabulary),
                         "target": Vocabulary.from_file(config.data.target_vocabulary)}
     new_data = dataclasses.replace(
@@ -66,10 +68,11 @@ def update_vocab(config, output_dir, source_vocabulary=None, target_vocabulary=N
                         "target": Vocabulary.from_file(new_data.target_vocabulary)}
     mappings = {side: vocabulary_mapping(old_vocabularies[side], new_vocabularies[side])
                 for side in ("source", "target")}
-    old, _ = restored_checkpoint(config, prefix)
-    new = training_checkpoint(config.replace(data=new_data), output_dir)
-    old_named = {p: v for p, v in named_variables(old.model, include_seeds=False).items() if v.trainable}
-    new_named = {p: v for p, v in named_variables(new.model, include_seeds=False).items() if v.trainable}
+    old = build_checkpoint(config)
+    formats.restore_whole(old, prefix)
+    new = build_checkpoint(config.replace(data=new_data), output_dir)
+    old_named = named_trainable(old.model)
+    new_named = named_trainable(new.model)
     shared_ids = {}  # a table shared by several paths is rebuilt once, by its first path
     transforms = {}
     for path in new_named:
@@ -91,7 +94,7 @@ def update_vocab(config, output_dir, source_vocabulary=None, target_vocabulary=N
             side, axis = transforms[path]
             value = remap(value, mappings[side], axis)
         variable.assign(value)
-    written = new.save(checkpoints.step_of(prefix))
+    written = new.save(store.step_of(prefix))
     for side in ("source", "target"):
         kept = sum(1 for index in mappings[side][:-1] if index >= 0)
         logger.info("%s vocabulary: %d tokens kept, %d new (zero rows), %d dropped", side, kept,

@@ -1,18 +1,17 @@
-"""Checkpoints: finding, checking, restoring and saving them, in both formats this package reads.
+"""The checkpoint store: finding, checking, reading, saving and rotating checkpoint files.
 
-- opennmt-lite's own: `<model_dir>/checkpoints/ckpt-<step>.{index,data-*}`. Every variable is
-  saved under an explicit name (`model/encoder/layers/0/...`, `optimizer/m/encoder/...`,
-  `data/groups_done`) built by walking the layer tree (`variables.named_variables`), so nothing
-  a Keras 3 layer keeps in a Python list can be missed.
-- OpenNMT-tf 2.x's, directly in `<model_dir>` (its layout); told apart by its inputter names,
-  mapped onto our variables by `onmt/checkpoint_import.py`, and never written to.
-
-Damage (a save killed between TensorFlow's writes, a truncated or corrupted file) must not cost
-training progress. So checkpoints are found by listing their files, not from the `checkpoint`
-state file; the one to use is read in full first (checksums and sizes), and a damaged one is
-skipped, with a warning, for the next newest. Training moves the damaged ones it skipped into
+Checkpoints are `<prefix>.{index,data-*}` files, opennmt-lite's in `<model_dir>/checkpoints/`,
+OpenNMT-tf's directly in `<model_dir>` (see formats.py, which tells them apart). Damage (a
+save killed between TensorFlow's writes, a truncated or corrupted file) must not cost training
+progress. So checkpoints are found by listing their files, not from the `checkpoint` state
+file; the one to use is read in full first (checksums and sizes), and a damaged one is skipped,
+with a warning, for the next newest. Training moves the damaged ones it skipped into
 `checkpoints/damaged/`, and rotation counts only readable checkpoints, so it never deletes a
 good checkpoint while keeping a bad one.
+
+`Checkpoint` saves every variable under an explicit name (`model/encoder/layers/0/...`,
+`optimizer/m/encoder/...`, `data/groups_done`; see names.py), so nothing a Keras 3 layer keeps
+in a Python list can be missed.
 """
 
 import logging
@@ -23,14 +22,12 @@ import shutil
 import numpy as np
 import tensorflow as tf
 
+from opennmt_lite.checkpointing.names import named_trainable, named_variables, nested, optimizer_state
 from opennmt_lite.errors import UserError
-from opennmt_lite.training.optimizers import optimizer_state
-from opennmt_lite.variables import named_variables, nested
 
 logger = logging.getLogger("opennmt_lite")
 
 SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
-ONMT_MARK = "model/examples_inputter/"  # OpenNMT-tf keeps its embeddings under its inputters
 # ckpt-12.index, ckpt-12.data-00000-of-00001 -> prefix ckpt-12, step 12
 FILE_PATTERN = re.compile(r"^(.+-(\d+))\.(index|data-\d+-of-\d+)$")
 # What a killed save leaves: TensorFlow's `<prefix>_temp/` folder and our state file's temp.
@@ -146,11 +143,6 @@ def resolve(path):
     return path
 
 
-def is_onmt(prefix):
-    """Whether `prefix` is an OpenNMT-tf checkpoint (else an opennmt-lite one)."""
-    return any(name.startswith(ONMT_MARK) for name in _reader(prefix).get_variable_to_shape_map())
-
-
 # -- reading ---------------------------------------------------------------------------------
 
 def _reader(prefix):
@@ -219,58 +211,7 @@ def assign(prefix, mapping, leftover_under=("model/",), kind="checkpoint"):
     return prefix
 
 
-# -- restoring -------------------------------------------------------------------------------
-
-def restore_weights(model, model_dir, checkpoint=None):
-    """Loads model weights (infer, export, evaluate, inspect) from `checkpoint` (see resolve),
-    else from the newest readable checkpoint of `model_dir` (see latest), of either format.
-    Returns the prefix loaded; CheckpointNotFoundError (a FileNotFoundError) if there is none."""
-    from opennmt_lite.onmt import checkpoint_import  # (it builds on this module)
-
-    prefix = resolve(checkpoint) if checkpoint is not None else latest(model_dir)
-    if prefix is None:
-        raise CheckpointNotFoundError(
-            f"no checkpoint in {checkpoint_directory(model_dir)} nor an OpenNMT-tf checkpoint in "
-            f"{model_dir}: train a model first or pass --checkpoint")
-    if is_onmt(prefix):
-        checkpoint_import.assign_model(prefix, model)
-        logger.info("loaded OpenNMT-tf checkpoint %s", prefix)
-    else:
-        Checkpoint(model).restore_weights(prefix)
-        logger.info("loaded checkpoint %s", prefix)
-    return prefix
-
-
-def restore_for_training(checkpoint, model_dir):
-    """Restores a training run: the newest readable opennmt-lite checkpoint of
-    `checkpoint.restore_dir` (model, optimizer, data position), else the newest readable
-    checkpoint directly in `model_dir`: an OpenNMT-tf one (weights, Adam moments and step
-    imported) or an opennmt-lite one (an average or a vocabulary update). Returns the
-    prefix restored or imported, or None (nothing to restore: training starts from scratch)."""
-    from opennmt_lite.onmt import checkpoint_import  # (it builds on this module)
-
-    prefix = checkpoint.restore()
-    if prefix is not None:
-        logger.info("restored %s (step %d)", prefix, int(checkpoint.optimizer.iterations.numpy()))
-        return prefix
-    prefix, _ = newest_intact(model_dir)
-    if prefix is None:
-        return None
-    if not is_onmt(prefix):
-        # an opennmt-lite checkpoint directly in model_dir: written by average_checkpoints or
-        # update_vocab; restored whole, and training goes on saving to checkpoints/
-        checkpoint.restore(prefix)
-        logger.info("restored %s (step %d); checkpoints go to %s", prefix,
-                    int(checkpoint.optimizer.iterations.numpy()), checkpoint.save_dir)
-        return prefix
-    checkpoint_import.assign_model(prefix, checkpoint.model)
-    step = checkpoint_import.assign_optimizer_state(prefix, checkpoint.model, checkpoint.optimizer)
-    logger.info("imported OpenNMT-tf checkpoint %s (step %d); opennmt-lite checkpoints go to %s",
-                prefix, step, checkpoint.save_dir)
-    return prefix
-
-
-# -- the training checkpoint -----------------------------------------------------------------
+# -- saving and restoring a set of named variables --------------------------------------------
 
 class Checkpoint:
     """A model, its optimizer and extra named variables (e.g. the data position), saved to
@@ -288,9 +229,7 @@ class Checkpoint:
         self.latest = None
         self.variables = {f"model/{p}": v for p, v in named_variables(model).items()}
         if optimizer is not None:
-            trainable = {path: v for path, v in named_variables(model, include_seeds=False).items()
-                         if v.trainable}
-            state = optimizer_state(optimizer, trainable)
+            state = optimizer_state(optimizer, named_trainable(model))
             self.variables.update({f"optimizer/{p}": v for p, v in state.items()})
         self.variables.update(extra or {})
         self._checkpoint = tf.train.Checkpoint(**nested(self.variables))
@@ -402,7 +341,8 @@ def step_of(prefix):
 def to_average(model_dir, max_count):
     """The checkpoints `average_checkpoints` averages, oldest first: the newest `max_count`
     readable ones of model_dir (opennmt-lite's in `checkpoints/`, else OpenNMT-tf's directly
-    in model_dir; damaged ones skipped with a warning). Fewer than 2 is an error."""
+    in model_dir; damaged ones skipped with a warning). Fewer than 2 is an error. (That they
+    are all of one format is formats.check_one_format's job.)"""
     found, directory = [], None
     for directory in (checkpoint_directory(model_dir), model_dir):
         found = candidates(directory)
@@ -421,10 +361,6 @@ def to_average(model_dir, max_count):
         raise CheckpointError(
             f"averaging needs at least 2 checkpoints: found {len(chosen)} readable in {where}"
             + (f" (--max_count {max_count})" if max_count < 2 else ""))
-    formats = {is_onmt(prefix) for prefix in chosen}
-    if len(formats) > 1:
-        raise CheckpointError(f"cannot average OpenNMT-tf and opennmt-lite checkpoints together: "
-                              f"{', '.join(chosen)}")
     return chosen
 
 

@@ -4,14 +4,15 @@ OpenNMT-tf stores each variable under `model/<attribute path>/.ATTRIBUTES/VARIAB
 opennmt-lite layers use the same attribute names, so the map from a checkpoint name to one of our
 variables is the attribute path with a prefix (`model/encoder/`), except for the embeddings,
 which OpenNMT-tf keeps under its inputters. Finding, checking and reading checkpoints is
-`opennmt_lite.checkpoints`' job; this module only names things.
+store.py's job, and choosing this format formats.py's; this module only names things and
+assigns what it named.
 """
 
-from opennmt_lite import checkpoints
-from opennmt_lite.training.optimizers import optimizer_state
-from opennmt_lite.variables import named_variables
+from opennmt_lite.checkpointing import store
+from opennmt_lite.checkpointing.names import named_trainable, named_variables, optimizer_state
 
-VALUE_SUFFIX = checkpoints.SUFFIX
+VALUE_SUFFIX = store.SUFFIX
+MARK = "model/examples_inputter/"  # OpenNMT-tf keeps its embeddings under its inputters
 SOURCE_EMBEDDING = "model/examples_inputter/features_inputter/embedding"
 TARGET_EMBEDDING = "model/examples_inputter/labels_inputter/embedding"
 KIND = "OpenNMT-tf checkpoint"
@@ -53,7 +54,7 @@ def model_mapping(model, available=()):
 def load_onmt_encoder(path, encoder, embedder=None):
     """Loads an OpenNMT-tf 2.x checkpoint's encoder (and source embedding) into opennmt-lite layers.
 
-    `path`: a checkpoint prefix or a directory (see `checkpoints.resolve`). The layers are built
+    `path`: a checkpoint prefix or a directory (see `store.resolve`). The layers are built
     first if needed. Fails, naming every variable, when one is missing, mis-shaped, or left over.
     """
     if not encoder.built:
@@ -61,30 +62,30 @@ def load_onmt_encoder(path, encoder, embedder=None):
     if embedder is not None and not embedder.built:
         embedder.build()
     leftover = ["model/encoder/"] + ([SOURCE_EMBEDDING] if embedder is not None else [])
-    return checkpoints.assign(checkpoints.resolve(path), encoder_mapping(encoder, embedder), leftover, KIND)
+    return store.assign(store.resolve(path), encoder_mapping(encoder, embedder), leftover, KIND)
 
 
 def load_onmt_model(path, model):
     """Loads every variable of an OpenNMT-tf 2.x Transformer checkpoint (a prefix or a directory)
     into `model`. Fails, naming each variable, if anything is missing, mis-shaped or left over."""
-    return assign_model(checkpoints.resolve(path), model)
+    return assign_model(store.resolve(path), model)
 
 
 def assign_model(prefix, model):
     """load_onmt_model for a checkpoint prefix."""
     if not model.built:
         model.build()
-    mapping = model_mapping(model, checkpoints.contents(prefix))
-    return checkpoints.assign(prefix, mapping, ("model/",), KIND)
+    mapping = model_mapping(model, store.contents(prefix))
+    return store.assign(prefix, mapping, ("model/",), KIND)
 
 
 def assign_optimizer_state(prefix, model, optimizer):
     """Copies an OpenNMT-tf checkpoint's Adam/LazyAdam slots (`m`, `v`) and step (`iter`) into a
     built Keras Adam `optimizer`, so training continues where OpenNMT-tf stopped.
     Returns the restored step (0 if the checkpoint holds no optimizer state)."""
-    stored = checkpoints.contents(prefix)
+    stored = store.contents(prefix)
     onmt_name = {id(v): name for name, v in model_mapping(model, stored).items()}
-    trainable = {p: v for p, v in named_variables(model, include_seeds=False).items() if v.trainable}
+    trainable = named_trainable(model)
     state = optimizer_state(optimizer, trainable)
     targets = {}  # {checkpoint name: our slot variable}
     for path, variable in trainable.items():
@@ -94,11 +95,7 @@ def assign_optimizer_state(prefix, model, optimizer):
                 targets[name] = state[f"{slot}/{path}"]
     if "optimizer/iter" in stored:
         targets["optimizer/iter"] = state["iterations"]
-    for name, value in checkpoints.read(prefix, targets).items():
+    for name, value in store.read(prefix, targets).items():
         targets[name].assign(value)
     return int(state["iterations"].numpy()) if "optimizer/iter" in targets else 0
 
-
-def load_onmt_optimizer_state(path, model, optimizer):
-    """assign_optimizer_state for a checkpoint prefix or directory."""
-    return assign_optimizer_state(checkpoints.resolve(path), model, optimizer)

@@ -1,1 +1,0 @@
-"""OpenNMT-tf compatibility: its checkpoint names, and importing its checkpoints."""
