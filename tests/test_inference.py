@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from opennmt_lite.inference.decoding import DecodingResult, dynamic_decode, translate, translation_function
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 
 PAD, BOS, EOS, A, B, C = 0, 1, 2, 3, 4, 5
@@ -342,8 +343,8 @@ def test_invalid_options():
 
 
 def small_transformer():
-    model = Transformer(12, 12, num_layers=1, num_units=8, num_heads=2, ffn_inner_dim=16,
-                        maximum_relative_position=4)
+    model = Transformer(ModelHyperparameters(num_layers=1, num_units=8, num_heads=2, ffn_inner_dim=16,
+                                             maximum_relative_position=4), 12, 12)
     model.build()
     return model
 
