@@ -163,7 +163,7 @@ class MultiHeadAttention(keras.layers.Layer):
         record("values", values)
 
         logits = matmul(queries, keys, transpose_b=True)
-        relative_values = positions = None
+        relative_values = None
         if self.maximum_relative_position is not None:
             if memory is not None:
                 raise ValueError("relative position representations need self-attention")
