@@ -13,7 +13,7 @@ harness alternates opennmt-lite float32, opennmt-lite mixed_bfloat16, OpenNMT-tf
 
 OpenNMT-tf side: bench/onmt_encoder.py (WordEmbedder + SelfAttentionEncoder under one
 tf.function with a dynamic input signature, as its inference does).
-opennmt-lite side (this file, `--worker lite`): `opennmt_lite.models.Transformer(**model)`,
+opennmt-lite side (this file, `--worker lite`): `Transformer(ModelHyperparameters(**model), ...)`,
 `load_onmt_model(checkpoint, model)`, then `model.encode(ids, length, training=False)` under the
 same kind of tf.function (`jit_compile=True` with --jit); for a mixed dtype,
 `keras.config.set_dtype_policy(dtype)` is called before the model is built. Without

@@ -35,7 +35,7 @@ when the translations are.
 
 OpenNMT-tf side: bench/onmt_translate.py (`tf.function(model.infer)` with the beam search params,
 as `onmt-main infer` runs it). opennmt-lite side (this file, `--worker lite`):
-`Transformer(**model)`, `load_onmt_model(checkpoint, model)`,
+`Transformer(ModelHyperparameters(**model), ...)`, `load_onmt_model(checkpoint, model)`,
 `opennmt_lite.inference.decoding.translation_function(model, DecodingOptions(beam_width=4,
 n_best=1, length_penalty=0, maximum_decoding_length=250))` (a tf.function over [None, None] int32 ids and
 [None] int32 lengths). Without --checkpoint the worker uses seeded random weights (bench/gpu.py).

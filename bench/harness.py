@@ -610,12 +610,13 @@ def lite_trainer(user_config):
 def lite_model(model_config, source_size, target_size, dtype="float32", checkpoint=None,
                seed=1234):
     """The opennmt-lite Transformer of a benchmark's `model:` section (a `preset:` key expanded
-    from opennmt_lite.models.PRESETS) under the Keras dtype policy `dtype`. Weights: those of
-    the OpenNMT-tf `checkpoint`, else seeded random ones. Returns (model, checkpoint prefix)."""
+    from opennmt_lite.hyperparameters.PRESETS) under the Keras dtype policy `dtype`. Weights: those
+    of the OpenNMT-tf `checkpoint`, else seeded random ones. Returns (model, checkpoint prefix)."""
     _import_lite()
     import keras
-    from opennmt_lite.models import PRESETS, Transformer
     from opennmt_lite.checkpointing.onmt_names import load_onmt_model
+    from opennmt_lite.hyperparameters import PRESETS, ModelHyperparameters
+    from opennmt_lite.models import Transformer
 
     model_config = dict(model_config)
     preset = model_config.pop("preset", None)
@@ -623,7 +624,7 @@ def lite_model(model_config, source_size, target_size, dtype="float32", checkpoi
         model_config = dict(PRESETS[preset], **model_config)
     keras.config.set_dtype_policy(dtype)  # before the layers are made
     keras.utils.set_random_seed(seed)
-    model = Transformer(source_size, target_size, **model_config)
+    model = Transformer(ModelHyperparameters(**model_config), source_size, target_size)
     if checkpoint:
         return model, load_onmt_model(checkpoint, model)
     model.build()

@@ -89,29 +89,14 @@ def assets(data):
 
 def model(model_config, assets):
     """The Transformer of the `model` section, built (variables created)."""
+    hyperparameters = model_config.hyperparameters
     sizes = (assets.source_vocabulary.num_ids, assets.target_vocabulary.num_ids)
-    if model_config.share_embeddings in ("source_target_input", "all") and sizes[0] != sizes[1]:
+    if hyperparameters.shares_input_embeddings and sizes[0] != sizes[1]:
         raise ConfigError(
-            f"model.share_embeddings: {model_config.share_embeddings} needs one vocabulary for "
+            f"model.share_embeddings: {hyperparameters.share_embeddings} needs one vocabulary for "
             f"source and target, but data.source_vocabulary has {sizes[0] - 1} lines and "
             f"data.target_vocabulary {sizes[1] - 1}")
-    transformer = Transformer(
-        assets.source_vocabulary.num_ids,
-        assets.target_vocabulary.num_ids,
-        num_layers=model_config.num_layers,
-        num_units=model_config.num_units,
-        num_heads=model_config.num_heads,
-        ffn_inner_dim=model_config.ffn_inner_dim,
-        dropout=model_config.dropout,
-        attention_dropout=model_config.attention_dropout,
-        ffn_dropout=model_config.ffn_dropout,
-        ffn_activation=model_config.ffn_activation,
-        maximum_relative_position=model_config.maximum_relative_position,
-        pre_norm=model_config.pre_norm,
-        position_encoding=None if model_config.position_encoding == "none" else model_config.position_encoding,
-        share_embeddings=model_config.share_embeddings,
-        output_layer_bias=model_config.output_layer_bias,
-    )
+    transformer = Transformer(hyperparameters, *sizes)
     transformer.build()
     return transformer
 

@@ -23,8 +23,8 @@ import typing
 import yaml
 
 from opennmt_lite.errors import UserError
-
-from opennmt_lite.models.transformer import PRESETS, SHARE_EMBEDDINGS
+from opennmt_lite.hyperparameters import (
+    ARCHITECTURE, FFN_ACTIVATIONS, POSITION_ENCODINGS, PRESETS, SHARE_EMBEDDINGS, ModelHyperparameters)
 
 
 class ConfigError(UserError, ValueError):
@@ -112,6 +112,10 @@ class DataConfig:
 
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
+    """The model's hyper-parameters as the YAML writes them. Their defaults and choices are the
+    carrier's (opennmt_lite.hyperparameters): a key left unset (or null) takes the preset's
+    value, else the carrier's default, except the ARCHITECTURE sizes, which must be set."""
+
     preset: str = key("str", None, choices=tuple(PRESETS))
     num_layers: int = key("int", minimum=1)
     num_units: int = key("int", minimum=1)
@@ -120,17 +124,28 @@ class ModelConfig:
     dropout: float = key("float")
     attention_dropout: float = key("float")
     ffn_dropout: float = key("float")
-    ffn_activation: str = key("str", "relu", choices=("relu", "gelu", "swish"))
+    ffn_activation: str = key("str", choices=FFN_ACTIVATIONS)
     maximum_relative_position: int = key("int", minimum=1)
     pre_norm: bool = key("bool")
-    position_encoding: str = key("str", "auto", choices=("auto", "sinusoidal", "none"))
-    share_embeddings: str = key("str", None, choices=SHARE_EMBEDDINGS)
-    output_layer_bias: bool = key("bool", True)
+    position_encoding: str = key("str", choices=POSITION_ENCODINGS)
+    share_embeddings: str = key("str", choices=SHARE_EMBEDDINGS)
+    output_layer_bias: bool = key("bool")
+
+    @property
+    def hyperparameters(self):
+        """The `ModelHyperparameters` of this section (what the builder hands to the model)."""
+        return ModelHyperparameters.from_dict(_model_values(dataclasses.asdict(self)))
 
 
-# Model values when neither the user nor the preset sets them.
-MODEL_DEFAULTS = {"dropout": 0.1, "attention_dropout": 0.1, "ffn_dropout": 0.1, "pre_norm": True,
-                  "share_embeddings": "none"}
+def _model_values(model):
+    """The hyper-parameters among a `model` section's keys (all but `preset`)."""
+    return {name: value for name, value in model.items() if name != "preset"}
+
+
+# Model values when neither the user nor the preset sets them: the carrier's defaults, but for
+# the sizes (see _finalize_model). maximum_relative_position's is None, which the loop skips.
+MODEL_DEFAULTS = {name: value for name, value in ModelHyperparameters().to_dict().items()
+                  if name in ModelConfig.__dataclass_fields__ and name not in ARCHITECTURE}
 # optimizer_params accepted by each optimizer (Keras' names).
 OPTIMIZER_KEYS = {
     "Adam": {"beta_1", "beta_2", "epsilon", "amsgrad", "clipnorm", "global_clipnorm", "clipvalue"},
@@ -341,6 +356,8 @@ def merge(base, update):
 
 def _check(value, leaf, where):
     """Validates one leaf value; returns it normalised."""
+    if where.endswith("model.position_encoding") and (value is None or value is False):
+        return "none"  # (OpenNMT-tf's `position_encoder_class: null`: no position encoding)
     if value is None:
         if leaf.nullable:
             return None
@@ -359,8 +376,6 @@ def _check(value, leaf, where):
     elif kind in ("str", "path"):
         if kind == "str" and where.endswith("mixed_precision") and isinstance(value, bool):
             value = str(value).lower()
-        if where.endswith("position_encoding") and value is False:
-            value = "none"
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
     elif kind == "dict":
@@ -485,7 +500,7 @@ def _finalize_model(model, source):
     for name, value in (PRESETS[preset] if preset else {}).items():
         if model.get(name) is None:
             model[name] = value
-    missing = [k for k in ("num_layers", "num_units", "num_heads", "ffn_inner_dim") if model.get(k) is None]
+    missing = [k for k in ARCHITECTURE if model.get(k) is None]
     if missing:
         raise ConfigError(
             f"{source}: model.{missing[0]} is not set (set it, or choose a model.preset among "
@@ -535,6 +550,10 @@ def _finalize(config, source):
         value = config[section_name].get(name)
         if value is not None and not 0.0 <= value < 1.0:
             raise ConfigError(f"{source}: {section_name}.{name} must be in [0, 1), got {value}")
+    try:  # the carrier's own checks (those above give the messages naming the keys)
+        ModelHyperparameters.from_dict(_model_values(model))
+    except ValueError as error:
+        raise ConfigError(f"{source}: model: {error}") from None
     _finalize_params(params, model, train, source)
     if params["num_hypotheses"] is None:
         params["num_hypotheses"] = config["infer"]["n_best"]

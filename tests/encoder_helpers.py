@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.checkpointing.names import named_variables
@@ -15,7 +16,8 @@ WORKED_LENGTHS = np.array([3, 2, 3], dtype=np.int32)
 def build_encoder(vocab=26, num_units=4, num_heads=2, ffn=8, num_layers=2, seed=0, **kwargs):
     """An embedder and an encoder with every weight drawn at random (biases, norms included)."""
     embedder = WordEmbedder(vocab, num_units)
-    encoder = SelfAttentionEncoder(num_layers, num_units, num_heads, ffn, **kwargs)
+    encoder = SelfAttentionEncoder(ModelHyperparameters(
+        num_layers=num_layers, num_units=num_units, num_heads=num_heads, ffn_inner_dim=ffn, **kwargs))
     embedder.build()
     encoder.build((None, None, num_units))
     rng = np.random.default_rng(seed)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 from opennmt_lite.training.step import split_batch
 from training_helpers import accumulate_gradients, make_optimizer, make_train_step
@@ -45,9 +46,9 @@ def make_batch(examples):
 
 def make_model(seed):
     keras.utils.set_random_seed(seed)
-    model = Transformer(41, 41, num_layers=2, num_units=32, num_heads=4, ffn_inner_dim=64,
-                        dropout=0.0, attention_dropout=0.0, ffn_dropout=0.0,
-                        maximum_relative_position=4)
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=32, num_heads=4, ffn_inner_dim=64,
+                                             dropout=0.0, attention_dropout=0.0, ffn_dropout=0.0,
+                                             maximum_relative_position=4), 41, 41)
     model.build()
     return model
 

@@ -111,7 +111,7 @@ def test_relative_data_paths_resolve_under_model_dir(tmp_path):
 def test_shipped_configs_load_with_their_presets():
     import pathlib
 
-    from opennmt_lite.models import PRESETS
+    from opennmt_lite.hyperparameters import PRESETS
 
     directory = pathlib.Path(__file__).parents[1] / "configs"
     names = sorted(p.name for p in directory.glob("*.yml"))
@@ -130,7 +130,7 @@ def test_shipped_configs_load_with_their_presets():
 
 
 def test_catalog_presets_match_opennmt_catalog():
-    from opennmt_lite.models import PRESETS
+    from opennmt_lite.hyperparameters import PRESETS
 
     # OpenNMT-tf 2.32 opennmt/models/catalog.py
     assert PRESETS["TransformerBig"] == dict(PRESETS["TransformerBase"], num_units=1024, num_heads=16,

@@ -33,6 +33,7 @@ from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.export import ctranslate2 as ct2_export
 from opennmt_lite.inference import ctranslate2 as ct2_infer
 from opennmt_lite.inference.translate import translate_file
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -350,9 +351,9 @@ def test_every_option_exports_exactly(options, tmp_path):
 
 def test_sinusoidal_with_relative_positions_is_refused_by_name(tmp_path):
     vocabulary = Vocabulary.from_file(ONMT_FIXTURE / "tgt-vocab.txt")
-    model = Transformer(vocabulary.num_ids, vocabulary.num_ids, num_layers=1, num_units=8,
-                        num_heads=2, ffn_inner_dim=8, maximum_relative_position=2,
-                        position_encoding="sinusoidal")
+    model = Transformer(ModelHyperparameters(num_layers=1, num_units=8, num_heads=2, ffn_inner_dim=8,
+                                             maximum_relative_position=2, position_encoding="sinusoidal"),
+                        vocabulary.num_ids, vocabulary.num_ids)
     model.build()
     assets = build.Assets(vocabulary, vocabulary, None, None)
     with pytest.raises(ct2_export.ExportError, match="model.position_encoding"):

@@ -7,22 +7,28 @@ import pytest
 import tensorflow as tf
 
 from conftest import ONMT_FIXTURE
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import MultiHeadAttention
 from opennmt_lite.checkpointing.onmt_names import load_onmt_encoder
 
 
+def hyper(num_layers, num_units, num_heads, ffn_inner_dim, **values):
+    return ModelHyperparameters(num_layers=num_layers, num_units=num_units, num_heads=num_heads,
+                                ffn_inner_dim=ffn_inner_dim, **values)
+
+
 def test_num_units_not_divisible_by_num_heads():
     with pytest.raises(ValueError, match=r"num_units \(10\) must be divisible by num_heads \(4\)"):
-        SelfAttentionEncoder(2, num_units=10, num_heads=4)
+        SelfAttentionEncoder(ModelHyperparameters(num_layers=2, num_units=10, num_heads=4))
     with pytest.raises(ValueError, match="divisible"):
         MultiHeadAttention(3, 64)
 
 
 def test_checkpoint_with_mis_shaped_variables_names_each():
     embedder = WordEmbedder(801, 64)
-    encoder = SelfAttentionEncoder(2, 64, 2, 256, maximum_relative_position=8)  # ffn is 128
+    encoder = SelfAttentionEncoder(hyper(2, 64, 2, 256, maximum_relative_position=8))  # ffn is 128
     with pytest.raises(ValueError) as error:
         load_onmt_encoder(str(ONMT_FIXTURE), encoder, embedder)
     message = str(error.value)
@@ -35,26 +41,26 @@ def test_checkpoint_with_mis_shaped_variables_names_each():
 
 def test_checkpoint_with_missing_and_unused_variables_names_each():
     embedder = WordEmbedder(801, 64)
-    deeper = SelfAttentionEncoder(3, 64, 2, 128, maximum_relative_position=8)
+    deeper = SelfAttentionEncoder(hyper(3, 64, 2, 128, maximum_relative_position=8))
     with pytest.raises(ValueError) as error:
         load_onmt_encoder(str(ONMT_FIXTURE), deeper, embedder)
     missing = re.findall(r"missing in checkpoint: (\S+)", str(error.value))
     assert len(missing) == 18 and all(name.startswith("model/encoder/layers/2/") for name in missing)
 
-    shallower = SelfAttentionEncoder(1, 64, 2, 128, maximum_relative_position=8)
+    shallower = SelfAttentionEncoder(hyper(1, 64, 2, 128, maximum_relative_position=8))
     with pytest.raises(ValueError) as error:
         load_onmt_encoder(str(ONMT_FIXTURE), shallower, embedder)
     unused = re.findall(r"not used by the model: (\S+)", str(error.value))
     assert len(unused) == 18 and all(name.startswith("model/encoder/layers/1/") for name in unused)
 
-    sinusoidal = SelfAttentionEncoder(2, 64, 2, 128)  # no relative tables in the model
+    sinusoidal = SelfAttentionEncoder(hyper(2, 64, 2, 128))  # no relative tables in the model
     with pytest.raises(ValueError, match="not used by the model: model/encoder/layers/0/self_attention/layer/relative_position_keys"):
         load_onmt_encoder(str(ONMT_FIXTURE), sinusoidal, embedder)
 
 
 def test_nothing_is_assigned_when_loading_fails():
     embedder = WordEmbedder(801, 64)
-    encoder = SelfAttentionEncoder(3, 64, 2, 128, maximum_relative_position=8)
+    encoder = SelfAttentionEncoder(hyper(3, 64, 2, 128, maximum_relative_position=8))
     encoder.build((None, None, 64))
     before = [w.numpy().copy() for w in encoder.weights]
     with pytest.raises(ValueError):
@@ -63,7 +69,7 @@ def test_nothing_is_assigned_when_loading_fails():
 
 
 def test_missing_checkpoint(tmp_path):
-    encoder = SelfAttentionEncoder(1, 8, 2, 16)
+    encoder = SelfAttentionEncoder(hyper(1, 8, 2, 16))
     with pytest.raises(FileNotFoundError, match="no checkpoint found in directory"):
         load_onmt_encoder(str(tmp_path), encoder)
     with pytest.raises(FileNotFoundError, match="ckpt-9.index"):

@@ -79,10 +79,11 @@ def test_layer_norm_kernel_follows_the_training_flag():
     # The flag reaches every layer norm of a whole model: a training forward has no fused op,
     # an inference forward has one per layer norm (2 per encoder layer, 3 per decoder layer,
     # one final norm on each side).
+    from opennmt_lite.hyperparameters import ModelHyperparameters
     from opennmt_lite.models import Transformer
 
-    model = Transformer(20, 20, num_layers=2, num_units=8, num_heads=2, ffn_inner_dim=16,
-                        maximum_relative_position=4)
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=8, num_heads=2, ffn_inner_dim=16,
+                                             maximum_relative_position=4), 20, 20)
     features = {"source_ids": tf.constant([[3, 4, 5]]), "source_length": tf.constant([3]),
                 "target_ids_in": tf.constant([[1, 6]]), "target_length": tf.constant([2])}
     for training, count in ((True, 0), (False, 2 * 2 + 3 * 2 + 2)):
@@ -162,7 +163,7 @@ def test_relative_position_terms_and_gradients_match_the_gathered_table_formula(
     values_table = tf.constant(rng.normal(size=(2 * k + 1, depth)).astype(np.float32))
     up_logits = tf.constant(rng.normal(size=(batch, heads, time_q, time_k)).astype(np.float32))
     up_context = tf.constant(rng.normal(size=(batch, heads, time_q, depth)).astype(np.float32))
-    positions = relative_positions(time_q, time_k, k)
+    positions = relative_positions(tf.range(time_k - time_q, time_k), time_k, k)
     inputs = [queries, attention, keys_table, values_table]
 
     def objective(logits, context):

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.inference.decoding import (
     DecodingOptions, DecodingResult, dynamic_decode, translate, translation_function)
 from opennmt_lite.models import Transformer
@@ -346,8 +347,8 @@ def test_invalid_options():
 
 
 def small_transformer():
-    model = Transformer(12, 12, num_layers=1, num_units=8, num_heads=2, ffn_inner_dim=16,
-                        maximum_relative_position=4)
+    model = Transformer(ModelHyperparameters(num_layers=1, num_units=8, num_heads=2, ffn_inner_dim=16,
+                                             maximum_relative_position=4), 12, 12)
     model.build()
     return model
 

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from layer_test_case import run_layer_test
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.layers import (
     Dense,
     FeedForwardNetwork,
@@ -34,6 +35,12 @@ FEATURES = {
     "target_length": np.array([3, 2], np.int32),
 }
 STACK = dict(num_units=8, num_heads=2, ffn_inner_dim=16)
+
+
+def hyper(**values):
+    """The model's hyper-parameters: STACK's sizes and `values`."""
+    return ModelHyperparameters(**STACK, **values)
+
 
 # name: (class, constructor arguments (or a function of the dtype), first input, call arguments)
 CASES = {
@@ -74,41 +81,42 @@ CASES = {
         FeedForwardNetwork, dict(inner_dim=16, output_dim=6, activation="gelu"), X, {}),
     "SinusoidalPositionEncoder": (SinusoidalPositionEncoder, {}, X, {}),
     "SelfAttentionEncoderLayer": (
-        SelfAttentionEncoderLayer, dict(STACK, maximum_relative_position=4), X,
+        SelfAttentionEncoderLayer, dict(hyperparameters=hyper(maximum_relative_position=4)), X,
         dict(attention_mask=MASK),
     ),
     "SelfAttentionDecoderLayer": (
-        SelfAttentionDecoderLayer, dict(STACK, pre_norm=False), X,
+        SelfAttentionDecoderLayer, dict(hyperparameters=hyper(pre_norm=False)), X,
         dict(attention_mask=FUTURE_MASK, memory=MEMORY, memory_mask=MEMORY_MASK),
     ),
     "WordEmbedder": (WordEmbedder, dict(vocabulary_size=30, embedding_size=8, dropout=0.1), IDS, {}),
     "SelfAttentionEncoder": (
-        SelfAttentionEncoder, dict(STACK, num_layers=2, pre_norm=False), X,
+        SelfAttentionEncoder, dict(hyperparameters=hyper(num_layers=2, pre_norm=False)), X,
         dict(sequence_length=LENGTHS),
     ),
     "SelfAttentionEncoder-relative": (
-        SelfAttentionEncoder, dict(STACK, num_layers=2, maximum_relative_position=4), X,
+        SelfAttentionEncoder, dict(hyperparameters=hyper(num_layers=2, maximum_relative_position=4)), X,
         dict(sequence_length=LENGTHS),
     ),
     "SelfAttentionDecoder": (
-        SelfAttentionDecoder, dict(STACK, num_layers=1, vocabulary_size=30), X,
+        SelfAttentionDecoder, dict(hyperparameters=hyper(num_layers=1), vocabulary_size=30), X,
         dict(sequence_length=LENGTHS, memory=MEMORY_8, memory_sequence_length=MEMORY_LENGTHS),
     ),
     "SelfAttentionDecoder-relative": (
         SelfAttentionDecoder,
-        dict(STACK, num_layers=1, vocabulary_size=13, maximum_relative_position=4, pre_norm=False),
+        dict(hyperparameters=hyper(num_layers=1, maximum_relative_position=4, pre_norm=False),
+             vocabulary_size=13),
         X, dict(sequence_length=LENGTHS, memory=MEMORY_8, memory_sequence_length=MEMORY_LENGTHS),
     ),
     "Transformer": (
         Transformer,
-        dict(STACK, source_vocabulary_size=30, target_vocabulary_size=20, num_layers=1,
-             maximum_relative_position=4),
+        dict(hyperparameters=hyper(num_layers=1, maximum_relative_position=4),
+             source_vocabulary_size=30, target_vocabulary_size=20),
         FEATURES, {},
     ),
     "Transformer-shared": (
         Transformer,
-        dict(STACK, source_vocabulary_size=30, target_vocabulary_size=30, num_layers=1,
-             share_embeddings="all"),
+        dict(hyperparameters=hyper(num_layers=1, share_embeddings="all"),
+             source_vocabulary_size=30, target_vocabulary_size=30),
         FEATURES, {},
     ),
 }

@@ -13,6 +13,7 @@ import pytest
 import tensorflow as tf
 
 from conftest import ONMT_FIXTURE
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import Dense, LayerNorm
@@ -24,7 +25,8 @@ COMPUTE_DTYPE = {"mixed_float16": tf.float16, "mixed_bfloat16": tf.bfloat16}
 
 def fixture_encoder():
     embedder = WordEmbedder(801, 64)
-    encoder = SelfAttentionEncoder(2, 64, 2, 128, maximum_relative_position=8)
+    encoder = SelfAttentionEncoder(ModelHyperparameters(
+        num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=128, maximum_relative_position=8))
     load_onmt_encoder(str(ONMT_FIXTURE), encoder, embedder)
     return embedder, encoder
 

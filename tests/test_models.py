@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 from opennmt_lite.checkpointing.names import named_variables
 
@@ -15,8 +16,8 @@ FEATURES = {
 
 
 def build(share):
-    model = Transformer(30, 30, num_layers=1, num_units=16, num_heads=2, ffn_inner_dim=32,
-                        share_embeddings=share)
+    model = Transformer(ModelHyperparameters(num_layers=1, num_units=16, num_heads=2, ffn_inner_dim=32,
+                                             share_embeddings=share), 30, 30)
     model.build()
     return model
 
@@ -48,6 +49,7 @@ def test_embedding_sharing_levels(share, tables, tied_output):
 
 def test_sharing_input_embeddings_needs_one_vocabulary():
     with pytest.raises(ValueError, match="needs one vocabulary"):
-        Transformer(30, 31, num_layers=1, num_units=16, num_heads=2, ffn_inner_dim=32, share_embeddings="all")
+        Transformer(ModelHyperparameters(num_layers=1, num_units=16, num_heads=2, ffn_inner_dim=32,
+                                         share_embeddings="all"), 30, 31)
     with pytest.raises(ValueError, match="share_embeddings must be one of"):
-        Transformer(30, 30, share_embeddings="everything")
+        Transformer(ModelHyperparameters(share_embeddings="everything"), 30, 30)

@@ -16,6 +16,7 @@ import tensorflow as tf
 from conftest import ONMT_FIXTURE
 from opennmt_lite.inference.decoding import DecodingOptions, translation_function
 from test_inference import greedy_search
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 from opennmt_lite.checkpointing.onmt_names import load_onmt_model
 from opennmt_lite.data.vocab import Vocabulary
@@ -28,8 +29,8 @@ TRUNCATED_SCORE_TOLERANCE = 1e-3
 
 @pytest.fixture(scope="module")
 def fixture():
-    model = Transformer(801, 801, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=128,
-                        maximum_relative_position=8)
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=128,
+                                             maximum_relative_position=8), 801, 801)
     load_onmt_model(str(ONMT_FIXTURE), model)
     source_vocab = Vocabulary.from_file(ONMT_FIXTURE / "src-vocab.txt")
     target_vocab = Vocabulary.from_file(ONMT_FIXTURE / "tgt-vocab.txt")

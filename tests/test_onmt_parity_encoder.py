@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from conftest import ONMT_FIXTURE
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.checkpointing.onmt_names import load_onmt_encoder
@@ -45,14 +46,14 @@ def fixture_model():
     hparams = json.loads((ONMT_FIXTURE / "expected.json").read_text())["model_kwargs"]
     assert hparams["position_encoder_class"] == "None" and hparams["pre_norm"] == "True"
     embedder = WordEmbedder(801, int(hparams["num_units"]))
-    encoder = SelfAttentionEncoder(
+    encoder = SelfAttentionEncoder(ModelHyperparameters(
         num_layers=int(hparams["num_layers"]),
         num_units=int(hparams["num_units"]),
         num_heads=int(hparams["num_heads"]),
         ffn_inner_dim=int(hparams["ffn_inner_dim"]),
         maximum_relative_position=int(hparams["maximum_relative_position"]),
         pre_norm=True,
-    )
+    ))
     load_onmt_encoder(str(ONMT_FIXTURE), encoder, embedder)
     return embedder, encoder
 

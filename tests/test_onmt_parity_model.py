@@ -5,6 +5,7 @@ import pytest
 
 from conftest import ONMT_FIXTURE
 from opennmt_lite.training.losses import cross_entropy_sequence_loss
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 from opennmt_lite.checkpointing.onmt_names import load_onmt_model
 from opennmt_lite.recorder import recording
@@ -12,8 +13,8 @@ from opennmt_lite.recorder import recording
 
 @pytest.fixture(scope="module")
 def outputs():
-    model = Transformer(801, 801, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=128,
-                        maximum_relative_position=8)
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=128,
+                                             maximum_relative_position=8), 801, 801)
     load_onmt_model(str(ONMT_FIXTURE), model)  # every variable: 100, none left over
     expected = np.load(ONMT_FIXTURE / "expected.npz")
     features = {k: expected[k] for k in ("source_ids", "source_length", "target_ids_in", "target_length")}

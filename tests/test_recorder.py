@@ -13,6 +13,7 @@ import opennmt_lite.layers.fast_paths as fast_paths_module
 import opennmt_lite.models as models_module
 from opennmt_lite.inspection.text import trace_encoder
 from opennmt_lite.layers import FeedForwardNetwork
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models import Transformer
 from opennmt_lite.recorder import is_recording, record, recording, recording_scope
 
@@ -43,7 +44,8 @@ def encoder_names(num_layers, relative=True, pre_norm=True):
 
 
 def small_model(**kwargs):
-    model = Transformer(30, 30, num_layers=2, num_units=8, num_heads=2, ffn_inner_dim=16, **kwargs)
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=8, num_heads=2, ffn_inner_dim=16, **kwargs),
+                        30, 30)
     model.build()
     return model
 

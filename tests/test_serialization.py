@@ -6,6 +6,7 @@ import pytest
 import tensorflow as tf
 
 from encoder_helpers import build_encoder
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.layers import (
@@ -47,11 +48,13 @@ CASES = {
     ),
     "FeedForwardNetwork": (lambda: FeedForwardNetwork(16, 8, activation="gelu"), lambda l: l(X)),
     "SelfAttentionEncoderLayer": (
-        lambda: SelfAttentionEncoderLayer(8, 2, 16, maximum_relative_position=4),
+        lambda: SelfAttentionEncoderLayer(ModelHyperparameters(
+            num_units=8, num_heads=2, ffn_inner_dim=16, maximum_relative_position=4)),
         lambda l: l(X, attention_mask=MASK),
     ),
     "SelfAttentionEncoder": (
-        lambda: SelfAttentionEncoder(2, 8, 2, 16, pre_norm=False),
+        lambda: SelfAttentionEncoder(ModelHyperparameters(
+            num_layers=2, num_units=8, num_heads=2, ffn_inner_dim=16, pre_norm=False)),
         lambda l: l(X, sequence_length=LENGTHS),
     ),
     "SinusoidalPositionEncoder": (lambda: SinusoidalPositionEncoder(), lambda l: l(X)),
@@ -94,7 +97,8 @@ class Holder(keras.Model):
     def __init__(self, **kwargs):
         super().__init__()
         self.embedder = WordEmbedder(26, 4)
-        self.encoder = SelfAttentionEncoder(2, 4, 2, 8, maximum_relative_position=8, **kwargs)
+        self.encoder = SelfAttentionEncoder(ModelHyperparameters(
+            num_layers=2, num_units=4, num_heads=2, ffn_inner_dim=8, maximum_relative_position=8), **kwargs)
 
     def call(self, ids, lengths):
         return self.encoder(self.embedder(ids), sequence_length=lengths)

@@ -58,7 +58,7 @@ def load_onmt_encoder(path, encoder, embedder=None):
     first if needed. Fails, naming every variable, when one is missing, mis-shaped, or left over.
     """
     if not encoder.built:
-        encoder.build((None, None, encoder.num_units))
+        encoder.build((None, None, encoder.hyperparameters.num_units))
     if embedder is not None and not embedder.built:
         embedder.build()
     leftover = ["model/encoder/"] + ([SOURCE_EMBEDDING] if embedder is not None else [])

@@ -147,9 +147,13 @@ def write_html(args, config, model, assets, weights, sources, tensors):
         targets = alignment.greedy_targets(model, source_ids, source_length, assets.target_vocabulary, limit)
         origin = f"the model's greedy translation, at most {limit} tokens"
     attention = alignment.trace_cross_attention(model, source_ids, source_length, targets)
-    walk = steps.walk(tensors, model.hyper_parameters) + steps.alignment_steps(attention)
+    walk = steps.walk(tensors, model.hyperparameters) + steps.alignment_steps(attention)
+    # The page's "Model" table: the vocabulary sizes, then every hyper-parameter.
+    hyper = dict(source_vocabulary_size=model.source_vocabulary_size,
+                 target_vocabulary_size=model.target_vocabulary_size,
+                 **model.hyperparameters.to_dict())
     about = {"title": f"Encoder walk-through: {' | '.join(' '.join(t) for t, _ in sources)}"[:200],
-             "weights": weights, "model": model.hyper_parameters, "target_origin": origin,
+             "weights": weights, "model": hyper, "target_origin": origin,
              "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
     return html.write_page(args.html, walk, sources, targets, about)

@@ -112,19 +112,20 @@ class _SpecConverter(Converter):
 
 def transformer_spec(model, assets):
     """The `ctranslate2.specs.TransformerSpec` of an opennmt-lite `Transformer` (weights copied)."""
-    encoder, decoder = model.encoder, model.decoder
-    activation = _activation(encoder.ffn_activation)
-    relative = encoder.maximum_relative_position is not None
-    if relative and encoder.position_encoding:
+    encoder, decoder, hyper = model.encoder, model.decoder, model.hyperparameters
+    activation = _activation(hyper.ffn_activation)
+    relative = hyper.maximum_relative_position is not None
+    absolute = hyper.absolute_position_encoding != "none"
+    if relative and absolute:
         raise ExportError("model.position_encoding: sinusoidal with maximum_relative_position "
                           "cannot be exported to CTranslate2 (it uses one or the other)")
     # No position information at all: relative tables of one zero row (see the module doc).
-    no_positions = not relative and not encoder.position_encoding
-    layers = dict(pre_norm=encoder.pre_norm, activation=activation,
+    no_positions = not relative and not absolute
+    layers = dict(pre_norm=hyper.pre_norm, activation=activation,
                   relative_position=relative or no_positions)
     spec = ts.TransformerSpec(
-        ts.TransformerEncoderSpec(encoder.num_layers, encoder.num_heads, **layers),
-        ts.TransformerDecoderSpec(decoder.num_layers, decoder.num_heads, **layers),
+        ts.TransformerEncoderSpec(hyper.num_layers, hyper.num_heads, **layers),
+        ts.TransformerDecoderSpec(hyper.num_layers, hyper.num_heads, **layers),
     )
     # Every LayerNorm of the model is built with the same (default) epsilon.
     spec.config.layer_norm_epsilon = float(_wrapper_norm(encoder.layers[0].self_attention).epsilon)

@@ -1,9 +1,9 @@
 """The encoder's computation as a list of described steps, for the HTML walk-through.
 
 `walk(tensors, hyper)` turns the recording of `trace_encoder` ({name: array}, in computation
-order) and the model's hyper-parameters (`Transformer.hyper_parameters`) into `Step`s, in the
-same order: each with its operation, its equation in plain text and the names of its axes.
-Between the recorded tensors it inserts what the recording cannot show: dropout (the identity
+order) and the model's hyper-parameters (`Transformer.hyperparameters`, a `ModelHyperparameters`)
+into `Step`s, in the same order: each with its operation, its equation in plain text and the
+names of its axes. Between the recorded tensors it inserts what the recording cannot show: dropout (the identity
 at inference) as a note, and the mask applied to the logits, computed here from the recorded
 logits and mask (`.../masked_logits`, the exact values the softmax receives).
 
@@ -35,11 +35,11 @@ class Step:
 
 def _layer_steps(hyper):
     """{recorded name after `layers/<i>/`: (title, equation, axes, display, kind)}."""
-    k = hyper["maximum_relative_position"]
-    d_head = hyper["num_units"] // hyper["num_heads"]
+    k = hyper.maximum_relative_position
+    d_head = hyper.num_units // hyper.num_heads
     norm = "γ · (x − mean(x)) / √(var(x) + 0.001) + β, over depth"
     relative = k is not None
-    h = "h" if hyper["pre_norm"] else "x"  # a sub-layer's input: normalized first in pre-norm
+    h = "h" if hyper.pre_norm else "x"  # a sub-layer's input: normalized first in pre-norm
     bthd, bhqk = ("batch", "head", "time", "depth"), ("batch", "head", "query", "key")
     return {
         "self_attention/normalized_input": (
@@ -82,7 +82,7 @@ def _layer_steps(hyper):
                                   None, "tensor"),
         "self_attention/residual_output": (
             "Dropout and residual connection",
-            f"x = x + dropout(Y)   (rate {hyper['dropout']}; the identity at inference)",
+            f"x = x + dropout(Y)   (rate {hyper.dropout}; the identity at inference)",
             ("batch", "time", "depth"), None, "tensor"),
         "self_attention/normalized_output": (
             "Layer norm after self-attention (post-norm)", f"x = {norm}", ("batch", "time", "depth"), None, "tensor"),
@@ -90,12 +90,12 @@ def _layer_steps(hyper):
                                  ("batch", "time", "depth"), None, "tensor"),
         "ffn/inner": (
             "Feed-forward inner layer",
-            f"F = {hyper['ffn_activation']}({h} · W_1 + b_1)   (ffn dropout {hyper['ffn_dropout']}: "
+            f"F = {hyper.ffn_activation}({h} · W_1 + b_1)   (ffn dropout {hyper.ffn_dropout}: "
             "the identity at inference)", ("batch", "time", "inner"), None, "tensor"),
         "ffn/output": ("Feed-forward outer layer", "Y = F · W_2 + b_2", ("batch", "time", "depth"), None, "tensor"),
         "ffn/residual_output": (
             "Dropout and residual connection",
-            f"x = x + dropout(Y)   (rate {hyper['dropout']}; the identity at inference)",
+            f"x = x + dropout(Y)   (rate {hyper.dropout}; the identity at inference)",
             ("batch", "time", "depth"), None, "tensor"),
         "ffn/normalized_output": ("Layer norm after the feed-forward network (post-norm)", f"x = {norm}",
                                   ("batch", "time", "depth"), None, "tensor"),
@@ -104,7 +104,7 @@ def _layer_steps(hyper):
 
 
 def _input_steps(hyper):
-    units = hyper["num_units"]
+    units = hyper.num_units
     return {
         "source_embedded": ("Embedding lookup", "E[b, t, :] = embedding[ids[b, t], :]",
                             ("batch", "time", "depth")),
@@ -137,12 +137,12 @@ def walk(tensors, hyper):
         elif name == "encoder/output":
             group, axes, display, kind = "output", ("batch", "time", "depth"), None, "tensor"
             title, equation = (("Final layer norm", "y = γ · (x − mean(x)) / √(var(x) + 0.001) + β")
-                               if hyper["pre_norm"] else ("Encoder output", "y = x (post-norm: already normalized)"))
+                               if hyper.pre_norm else ("Encoder output", "y = x (post-norm: already normalized)"))
         else:
             group, title, equation, axes, display, kind = "other", name, "", (), None, "tensor"
         if name == "encoder/mask":  # the inputs' dropout comes before the mask in the encoder
             steps.append(_note("encoder/dropout", "input", "Dropout",
-                               f"x = dropout(x)   (rate {hyper['dropout']}): the identity at inference"))
+                               f"x = dropout(x)   (rate {hyper.dropout}): the identity at inference"))
         if len(axes) != np.ndim(value):
             axes = tuple(f"axis {i}" for i in range(np.ndim(value)))
         steps.append(Step(name, group, title, equation, axes, value, display, kind))
@@ -150,7 +150,7 @@ def walk(tensors, hyper):
             steps.append(masked_logits(name, group, value, mask))
         if name.endswith("self_attention/attention"):
             steps.append(_note(name.replace("/attention", "/attention_dropout"), group, "Attention dropout",
-                               f"P = dropout(P)   (rate {hyper['attention_dropout']}): the identity at inference"))
+                               f"P = dropout(P)   (rate {hyper.attention_dropout}): the identity at inference"))
     return steps
 
 

@@ -24,15 +24,15 @@ def combine_heads(x):
     return tf.reshape(x, [batch, time, heads * depth])
 
 
-def relative_positions(num_queries, num_keys, maximum_position):
+def relative_positions(query_positions, num_keys, maximum_position):
     """Indices into the relative-position tables, `[queries, keys]`.
 
-    Query i sits at absolute position `num_keys - num_queries + i` (the last positions, which is
-    the single new position in incremental decoding) and key j at position j. The distance j - i is
+    Query i sits at absolute position `query_positions[i]` ([queries] int32: 0 .. time - 1 for
+    a whole sequence, the current step in incremental decoding) and key j at position j (the keys
+    are every position from the first, cached ones included). The distance j - position_i is
     clipped to [-maximum_position, maximum_position] and shifted by maximum_position, so that it
     indexes the 2 * maximum_position + 1 rows of the tables.
     """
-    query_positions = tf.range(num_keys - num_queries, num_keys)
     key_positions = tf.range(num_keys)
     distance = key_positions[tf.newaxis, :] - query_positions[:, tf.newaxis]
     distance = tf.clip_by_value(distance, -maximum_position, maximum_position)
@@ -81,7 +81,9 @@ class MultiHeadAttention(keras.layers.Layer):
 
     call(inputs [batch, time_q, depth], memory=None [batch, time_k, depth] (None: self-attention),
          attention_mask=None: [batch, time_k] or [batch, time_q, time_k], 1 = may attend,
-         cache=None: (keys, values) [batch, heads, time_cached, depth / heads])
+         cache=None: (keys, values) [batch, heads, time_cached, depth / heads],
+         positions=None: [time_q] int32, the queries' absolute positions, read by relative
+         positions (None: 0 .. time_q - 1, a whole sequence without cache))
     -> (outputs [batch, time_q, depth], (keys, values)[, attention [batch, heads, time_q, time_k]])
 
     In self-attention the cache holds the projected keys/values of earlier positions and grows by
@@ -143,7 +145,8 @@ class MultiHeadAttention(keras.layers.Layer):
         values = split_heads(self.linear_values(x), self.num_heads)
         return keys, values
 
-    def call(self, inputs, memory=None, attention_mask=None, cache=None, training=None):
+    def call(self, inputs, memory=None, attention_mask=None, cache=None, positions=None,
+             training=None):
         queries = split_heads(self.linear_queries(inputs), self.num_heads)
         queries *= tf.cast(self.num_units_per_head**-0.5, queries.dtype)
         if memory is None:
@@ -160,12 +163,16 @@ class MultiHeadAttention(keras.layers.Layer):
         record("values", values)
 
         logits = matmul(queries, keys, transpose_b=True)
-        relative_values = positions = None
+        relative_values = None
         if self.maximum_relative_position is not None:
             if memory is not None:
                 raise ValueError("relative position representations need self-attention")
+            if positions is None and cache is not None:
+                raise ValueError("relative positions with a cache need the queries' positions")
+            query_positions = tf.range(tf.shape(queries)[2]) if positions is None else positions
+            # (from here on, `positions` are the [time_q, time_k] indices into the tables)
             positions = relative_positions(
-                tf.shape(queries)[2], tf.shape(keys)[2], self.maximum_relative_position
+                query_positions, tf.shape(keys)[2], self.maximum_relative_position
             )
             relative_keys = tf.cast(self.relative_position_keys, queries.dtype)
             relative_values = tf.cast(self.relative_position_values, queries.dtype)

@@ -1,4 +1,20 @@
-"""Sinusoidal position encoding (Vaswani et al., 2017), with OpenNMT-tf's conventions."""
+"""Position encodings: how a layer stack tells its layers where each input sits.
+
+The stack (opennmt_lite/models/stack.py) computes the absolute positions of its inputs once,
+`positions` [time] int32: 0 .. time - 1 for whole sequences, the current step when decoding one
+position. Both consumers read that one input:
+- the absolute encoding the stack adds to its embeddings, made here by `position_encoder` from
+  the carrier's `absolute_position_encoding` ("sinusoidal": Vaswani et al., 2017, with
+  OpenNMT-tf's conventions; "none");
+- relative positions (`maximum_relative_position`, Shaw et al., 2018): each self-attention
+  computes the clipped distances between its query positions and key positions 0 .. keys - 1
+  (opennmt_lite/layers/attention.py: relative_positions).
+
+Adding a position encoding touches at most 4 package files: opennmt_lite/hyperparameters.py
+(its name in POSITION_ENCODINGS and its checks), this module (its layer in ENCODERS),
+opennmt_lite/export/ctranslate2.py (exported or refused by name), and
+opennmt_lite/layers/attention.py when it acts inside attention (as relative positions do).
+"""
 
 import math
 
@@ -8,17 +24,12 @@ import tensorflow as tf
 from opennmt_lite import PACKAGE
 
 
-def resolve_position_encoding(position_encoding, maximum_relative_position, num_units, num_heads):
-    """The position encoding of a layer stack: "auto" means none with relative positions
-    (OpenNMT-tf's TransformerRelative) and sinusoidal without. Also checks that the heads divide
-    `num_units`. Returns "sinusoidal" or None."""
-    if position_encoding == "auto":
-        position_encoding = None if maximum_relative_position else "sinusoidal"
-    if position_encoding not in (None, "sinusoidal"):
-        raise ValueError(f"position_encoding must be 'sinusoidal' or None, got {position_encoding!r}")
-    if num_units % num_heads != 0:
-        raise ValueError(f"num_units ({num_units}) must be divisible by num_heads ({num_heads})")
-    return position_encoding
+def absolute_positions(inputs, step=None):
+    """The 0-based positions of `inputs` [batch, time, depth] in their sequence, [time] int32:
+    0 .. time - 1, or the single `step` when decoding one position at a time."""
+    if step is None:
+        return tf.range(tf.shape(inputs)[1])
+    return tf.reshape(tf.cast(step, tf.int32), [1])
 
 
 def sinusoidal_encoding(positions, depth):
@@ -41,18 +52,27 @@ def sinusoidal_encoding(positions, depth):
 class SinusoidalPositionEncoder(keras.layers.Layer):
     """Adds sinusoidal encodings to `inputs` [batch, time, depth].
 
-    Positions start at 1 (OpenNMT-tf's convention); in step-by-step decoding the caller passes the
-    0-based `step` and the single position step + 1 is encoded.
+    call(inputs, positions [time] (0-based; None: 0 .. time - 1)) -> [batch, time, depth]
+    Position p is encoded as p + 1 (OpenNMT-tf's convention: positions start at 1).
     """
 
-    def call(self, inputs, step=None):
+    def call(self, inputs, positions=None):
         depth = inputs.shape[-1]
-        if step is None:
-            positions = tf.range(1, tf.shape(inputs)[1] + 1)
-        else:
-            positions = tf.reshape(step + 1, [1])
-        encoding = sinusoidal_encoding(positions, depth)
+        if positions is None:
+            positions = tf.range(tf.shape(inputs)[1])
+        encoding = sinusoidal_encoding(positions + 1, depth)
         return inputs + tf.cast(encoding, inputs.dtype)[tf.newaxis]
 
     def compute_output_shape(self, input_shape):
         return input_shape
+
+
+# The absolute encodings a stack can add to its embeddings, by their name in the carrier.
+ENCODERS = {"sinusoidal": SinusoidalPositionEncoder, "none": None}
+
+
+def position_encoder(hyperparameters, dtype):
+    """The layer adding the carrier's absolute position encodings to a stack's embeddings
+    (call(inputs, positions)), or None."""
+    encoder_class = ENCODERS[hyperparameters.absolute_position_encoding]
+    return None if encoder_class is None else encoder_class(dtype=dtype, name="position_encoder")

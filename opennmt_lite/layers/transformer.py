@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from opennmt_lite import PACKAGE
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.layers import fast_paths
 from opennmt_lite.layers.attention import MultiHeadAttention
 from opennmt_lite.layers.common import (
@@ -97,62 +98,32 @@ class TransformerLayerWrapper(LayerWrapper):
         return config
 
 
-# The hyper-parameters of an encoder or decoder layer (the stacks hold them too).
-LAYER_HYPERPARAMETERS = ("num_units", "num_heads", "ffn_inner_dim", "dropout", "attention_dropout",
-                         "ffn_dropout", "ffn_activation", "mha_bias", "maximum_relative_position",
-                         "pre_norm")
-
-
-def hyperparameters(layer):
-    """{name: value} of LAYER_HYPERPARAMETERS, read from `layer`."""
-    return {name: getattr(layer, name) for name in LAYER_HYPERPARAMETERS}
-
-
 class _TransformerLayer(keras.layers.Layer):
-    """The hyper-parameters shared by the encoder and decoder layers, and how their sub-layers
-    are made: each an attention or feed-forward network in a TransformerLayerWrapper, built with
-    the layer's dtype policy."""
+    """What the encoder and decoder layers share: the model's hyper-parameters (a
+    `ModelHyperparameters`, of which a layer reads the sizes, dropouts, activation, biases,
+    relative positions and pre_norm) and how their sub-layers are made: each an attention or
+    feed-forward network in a TransformerLayerWrapper, built with the layer's dtype policy."""
 
-    def __init__(
-        self,
-        num_units,
-        num_heads,
-        ffn_inner_dim,
-        dropout=0.1,
-        attention_dropout=0.1,
-        ffn_dropout=0.1,
-        ffn_activation="relu",
-        mha_bias=True,
-        maximum_relative_position=None,
-        pre_norm=True,
-        **kwargs,
-    ):
+    def __init__(self, hyperparameters, **kwargs):
         super().__init__(**kwargs)
-        self.num_units = num_units
-        self.num_heads = num_heads
-        self.ffn_inner_dim = ffn_inner_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.ffn_dropout = ffn_dropout
-        self.ffn_activation = ffn_activation
-        self.mha_bias = mha_bias
-        self.maximum_relative_position = maximum_relative_position
-        self.pre_norm = pre_norm
+        self.hyperparameters = hyperparameters
 
     def _wrapped(self, layer, name):
         return TransformerLayerWrapper(
-            layer, self.dropout, pre_norm=self.pre_norm, dtype=self.dtype_policy, name=name
+            layer, self.hyperparameters.dropout, pre_norm=self.hyperparameters.pre_norm,
+            dtype=self.dtype_policy, name=name,
         )
 
     def _attention(self, name, memory=False):
         """Self-attention (with the relative positions, if any) or attention over the memory
         (no relative positions; returns its attention weights)."""
+        hyper = self.hyperparameters
         attention = MultiHeadAttention(
-            self.num_heads,
-            self.num_units,
-            bias=self.mha_bias,
-            dropout=self.attention_dropout,
-            maximum_relative_position=None if memory else self.maximum_relative_position,
+            hyper.num_heads,
+            hyper.num_units,
+            bias=hyper.mha_bias,
+            dropout=hyper.attention_dropout,
+            maximum_relative_position=None if memory else hyper.maximum_relative_position,
             return_attention=memory,
             dtype=self.dtype_policy,
             name="layer",
@@ -160,11 +131,12 @@ class _TransformerLayer(keras.layers.Layer):
         return self._wrapped(attention, name)
 
     def _ffn(self):
+        hyper = self.hyperparameters
         ffn = FeedForwardNetwork(
-            self.ffn_inner_dim,
-            self.num_units,
-            dropout=self.ffn_dropout,
-            activation=self.ffn_activation,
+            hyper.ffn_inner_dim,
+            hyper.num_units,
+            dropout=hyper.ffn_dropout,
+            activation=hyper.ffn_activation,
             dtype=self.dtype_policy,
             name="layer",
         )
@@ -172,21 +144,28 @@ class _TransformerLayer(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(hyperparameters(self))
+        config.update(hyperparameters=self.hyperparameters.to_dict())
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        hyperparameters = ModelHyperparameters.from_dict(config["hyperparameters"])
+        return cls(**dict(config, hyperparameters=hyperparameters))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class SelfAttentionEncoderLayer(_TransformerLayer):
     """Self-attention then feed-forward, each in a TransformerLayerWrapper.
 
-    call(inputs [batch, time, depth], attention_mask [batch, time] (1 = real token)) -> [batch, time, depth]
+    call(inputs [batch, time, depth], attention_mask [batch, time] (1 = real token),
+         positions [time] (absolute, for relative positions; None: 0 .. time - 1))
+    -> [batch, time, depth]
 
     Records the sub-layers' tensors under `self_attention/` and `ffn/`, then output.
     """
 
-    def __init__(self, num_units, num_heads, ffn_inner_dim, **kwargs):
-        super().__init__(num_units, num_heads, ffn_inner_dim, **kwargs)
+    def __init__(self, hyperparameters, **kwargs):
+        super().__init__(hyperparameters, **kwargs)
         self.self_attention = self._attention("self_attention")
         self.ffn = self._ffn()
 
@@ -194,11 +173,11 @@ class SelfAttentionEncoderLayer(_TransformerLayer):
         self.self_attention.build(input_shape)
         self.ffn.build(input_shape)
 
-    def call(self, inputs, attention_mask=None, training=None):
+    def call(self, inputs, attention_mask=None, positions=None, training=None):
         # (Not named `mask`: Keras gives that argument name its own masking semantics.)
         with recording_scope("self_attention"):
             outputs, _ = self.self_attention(
-                inputs, attention_mask=attention_mask, training=training
+                inputs, attention_mask=attention_mask, positions=positions, training=training
             )
         with recording_scope("ffn"):
             outputs = self.ffn(outputs, training=training)
@@ -215,7 +194,8 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
 
     call(inputs [batch, time, depth], attention_mask [batch, time, time] (future and padding),
          memory [batch, src_time, depth], memory_mask [batch, src_time],
-         cache: {"self_kv": (k, v), "memory_kv": (k, v)} for step-by-step decoding)
+         cache: {"self_kv": (k, v), "memory_kv": (k, v)} for step-by-step decoding,
+         positions [time] (absolute, for relative positions; None: 0 .. time - 1))
     -> (outputs [batch, time, depth], new cache, attention over memory [batch, heads, time, src_time])
 
     `attention` is a list with one wrapper per source, as in OpenNMT-tf (checkpoint path
@@ -224,8 +204,8 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
     Records the sub-layers' tensors under `self_attention/`, `attention/` and `ffn/`, then output.
     """
 
-    def __init__(self, num_units, num_heads, ffn_inner_dim, **kwargs):
-        super().__init__(num_units, num_heads, ffn_inner_dim, **kwargs)
+    def __init__(self, hyperparameters, **kwargs):
+        super().__init__(hyperparameters, **kwargs)
         self.self_attention = self._attention("self_attention")
         self.attention = [self._attention("attention_0", memory=True)]
         self.ffn = self._ffn()
@@ -247,6 +227,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
         memory=None,
         memory_mask=None,
         cache=None,
+        positions=None,
         training=None,
     ):
         cache = cache or {}
@@ -255,6 +236,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
                 inputs,
                 attention_mask=attention_mask,
                 cache=cache.get("self_kv"),
+                positions=positions,
                 training=training,
             )
         with recording_scope("attention"):

@@ -3,4 +3,4 @@
 from opennmt_lite.models.decoders import SelfAttentionDecoder
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
-from opennmt_lite.models.transformer import PRESETS, SHARE_EMBEDDINGS, Transformer
+from opennmt_lite.models.transformer import Transformer

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers.common import Dense
+from opennmt_lite.layers.position import absolute_positions
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
 from opennmt_lite.models.stack import TransformerStack
 from opennmt_lite.recorder import record, recording_scope
@@ -28,6 +29,7 @@ class SelfAttentionDecoder(TransformerStack):
     `step(inputs [batch, depth], step, state, memory_sequence_length)` -> (logits [batch, vocab],
     state, attention [batch, src_time]).
 
+    `hyperparameters`: the model's `ModelHyperparameters` (`output_layer_bias` included).
     The attention returned is the first head of the last layer's memory attention (OpenNMT-tf's
     alignment vector). `output_layer` can reuse the target embedding (`share_output_embedding`).
 
@@ -36,13 +38,14 @@ class SelfAttentionDecoder(TransformerStack):
     later step's tensors replace an earlier one's of the same name).
     """
 
-    def __init__(self, num_layers, vocabulary_size, *args, output_layer_bias=True, **kwargs):
-        super().__init__(num_layers, *args, **kwargs)
+    def __init__(self, hyperparameters, vocabulary_size, **kwargs):
+        super().__init__(hyperparameters, **kwargs)
         self.vocabulary_size = vocabulary_size
-        self.output_layer_bias = output_layer_bias
-        self.layers = [SelfAttentionDecoderLayer(**self.layer_arguments(i)) for i in range(num_layers)]
+        self.layers = [SelfAttentionDecoderLayer(**self.layer_arguments(i))
+                       for i in range(hyperparameters.num_layers)]
         self.output_layer = Dense(
-            vocabulary_size, use_bias=output_layer_bias, dtype=self.dtype_policy, name="output_layer"
+            vocabulary_size, use_bias=hyperparameters.output_layer_bias, dtype=self.dtype_policy,
+            name="output_layer",
         )
 
     def share_output_embedding(self, embedding):
@@ -58,7 +61,8 @@ class SelfAttentionDecoder(TransformerStack):
         self.output_layer.build(inputs_shape)
 
     def _run(self, x, attention_mask, memory, memory_mask, cache, step, training):
-        x = self.embed(x, training, step=step)
+        positions = absolute_positions(x, step)
+        x = self.embed(x, positions, training)
         new_cache = []
         attention = None
         for i, layer in enumerate(self.layers):
@@ -69,6 +73,7 @@ class SelfAttentionDecoder(TransformerStack):
                     memory=memory,
                     memory_mask=memory_mask,
                     cache=None if cache is None else cache[i],
+                    positions=positions,
                     training=training,
                 )
             new_cache.append(layer_cache)
@@ -109,7 +114,8 @@ class SelfAttentionDecoder(TransformerStack):
         Beam search reorders only the self-attention entries: the rest is the same for all beams.
         """
         batch = tf.shape(memory)[0]
-        empty = tf.zeros([batch, self.num_heads, 0, self.num_units // self.num_heads], memory.dtype)
+        heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
+        empty = tf.zeros([batch, heads, 0, units // heads], memory.dtype)
         state = {
             "memory": memory,
             "memory_mask": self._memory_mask(memory, memory_sequence_length),
@@ -138,5 +144,5 @@ class SelfAttentionDecoder(TransformerStack):
 
     def get_config(self):
         config = super().get_config()
-        config.update(vocabulary_size=self.vocabulary_size, output_layer_bias=self.output_layer_bias)
+        config.update(vocabulary_size=self.vocabulary_size)
         return config

@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 
 from opennmt_lite import PACKAGE
+from opennmt_lite.layers.position import absolute_positions
 from opennmt_lite.layers.transformer import SelfAttentionEncoderLayer
 from opennmt_lite.models.stack import TransformerStack
 from opennmt_lite.recorder import record, recording_scope
@@ -15,23 +16,26 @@ class SelfAttentionEncoder(TransformerStack):
 
     call(inputs [batch, time, depth] (embeddings), sequence_length [batch]) -> [batch, time, depth]
 
-    The embeddings are scaled by sqrt(num_units); absolute sinusoidal position encodings are added
-    unless `maximum_relative_position` is set (relative positions replace them, as in OpenNMT-tf's
-    relative presets) or `position_encoding` is None; then dropout, the layers, and with pre_norm a
-    final layer norm.
+    `hyperparameters`: the model's `ModelHyperparameters`. The embeddings are scaled by
+    sqrt(num_units); absolute sinusoidal position encodings are added unless
+    `maximum_relative_position` is set (relative positions replace them, as in OpenNMT-tf's
+    relative presets) or `position_encoding` is "none"; then dropout, the layers, and with
+    pre_norm a final layer norm.
 
     Records scaled_inputs, position_encoded_inputs, mask, each layer's tensors under
     `layers/<i>/`, and output (see opennmt_lite.inspection.text).
     """
 
-    def __init__(self, num_layers, *args, **kwargs):
-        super().__init__(num_layers, *args, **kwargs)
-        self.layers = [SelfAttentionEncoderLayer(**self.layer_arguments(i)) for i in range(num_layers)]
+    def __init__(self, hyperparameters, **kwargs):
+        super().__init__(hyperparameters, **kwargs)
+        self.layers = [SelfAttentionEncoderLayer(**self.layer_arguments(i))
+                       for i in range(hyperparameters.num_layers)]
 
     def build(self, input_shape):
-        if int(input_shape[-1]) != self.num_units:
+        num_units = self.hyperparameters.num_units
+        if int(input_shape[-1]) != num_units:
             raise ValueError(
-                f"encoder inputs have depth {input_shape[-1]}, expected num_units={self.num_units}"
+                f"encoder inputs have depth {input_shape[-1]}, expected num_units={num_units}"
             )
         for layer in self.layers:
             layer.build(input_shape)
@@ -39,14 +43,15 @@ class SelfAttentionEncoder(TransformerStack):
             self.layer_norm.build(input_shape)
 
     def call(self, inputs, sequence_length=None, training=None):
-        x = self.embed(inputs, training)
+        positions = absolute_positions(inputs)
+        x = self.embed(inputs, positions, training)
         mask = None
         if sequence_length is not None:
             mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(x)[1], dtype=x.dtype)
             record("mask", mask)
         for i, layer in enumerate(self.layers):
             with recording_scope(f"layers/{i}"):
-                x = layer(x, attention_mask=mask, training=training)
+                x = layer(x, attention_mask=mask, positions=positions, training=training)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         record("output", x)

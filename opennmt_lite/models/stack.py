@@ -4,70 +4,48 @@ encoding, the final layer norm (pre-norm) and the arguments of each of their lay
 import keras
 import tensorflow as tf
 
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.layers.common import LayerNorm, apply_dropout, make_seed_generator
-from opennmt_lite.layers.position import SinusoidalPositionEncoder, resolve_position_encoding
-from opennmt_lite.layers.transformer import hyperparameters
+from opennmt_lite.layers.position import position_encoder
 from opennmt_lite.recorder import record
 
 
 class TransformerStack(keras.layers.Layer):
-    """Base of SelfAttentionEncoder and SelfAttentionDecoder (not a layer of its own)."""
+    """Base of SelfAttentionEncoder and SelfAttentionDecoder (not a layer of its own).
 
-    def __init__(
-        self,
-        num_layers,
-        num_units=512,
-        num_heads=8,
-        ffn_inner_dim=2048,
-        dropout=0.1,
-        attention_dropout=0.1,
-        ffn_dropout=0.1,
-        ffn_activation="relu",
-        mha_bias=True,
-        maximum_relative_position=None,
-        pre_norm=True,
-        position_encoding="auto",
-        **kwargs,
-    ):
+    `hyperparameters`: the model's `ModelHyperparameters`. The stack owns the position
+    encoding (opennmt_lite/layers/position.py): its `call` computes the absolute positions of
+    its inputs once (`absolute_positions`) and hands them to `embed` and to each layer.
+    """
+
+    def __init__(self, hyperparameters, **kwargs):
         super().__init__(**kwargs)
-        self.num_layers = num_layers
-        self.num_units = num_units
-        self.num_heads = num_heads
-        self.ffn_inner_dim = ffn_inner_dim
-        self.dropout = dropout
-        self.attention_dropout = attention_dropout
-        self.ffn_dropout = ffn_dropout
-        self.ffn_activation = ffn_activation
-        self.mha_bias = mha_bias
-        self.maximum_relative_position = maximum_relative_position
-        self.pre_norm = pre_norm
-        self.position_encoding = resolve_position_encoding(
-            position_encoding, maximum_relative_position, num_units, num_heads
-        )
-        self.position_encoder = (
-            SinusoidalPositionEncoder(dtype=self.dtype_policy, name="position_encoder")
-            if self.position_encoding
-            else None
-        )
-        self.layer_norm = LayerNorm(dtype=self.dtype_policy, name="layer_norm") if pre_norm else None
-        self.dropout_seed = make_seed_generator(dropout)
+        self.hyperparameters = hyperparameters
+        self.position_encoder = position_encoder(hyperparameters, self.dtype_policy)
+        self.layer_norm = (
+            LayerNorm(dtype=self.dtype_policy, name="layer_norm") if hyperparameters.pre_norm else None)
+        self.dropout_seed = make_seed_generator(hyperparameters.dropout)
 
     def layer_arguments(self, index):
-        """The keyword arguments of layer `index` (SelfAttentionEncoderLayer/DecoderLayer)."""
-        return dict(hyperparameters(self), dtype=self.dtype_policy, name=f"layer_{index}")
+        """The arguments of layer `index` (SelfAttentionEncoderLayer/DecoderLayer)."""
+        return dict(hyperparameters=self.hyperparameters, dtype=self.dtype_policy, name=f"layer_{index}")
 
-    def embed(self, inputs, training, step=None):
-        """Scaled by sqrt(num_units), position-encoded (from `step` when decoding one position),
-        dropped out: [batch, time, depth] -> [batch, time, depth]."""
-        x = inputs * tf.cast(self.num_units**0.5, inputs.dtype)
+    def embed(self, inputs, positions, training):
+        """Scaled by sqrt(num_units), position-encoded at `positions` [time], dropped out:
+        [batch, time, depth] -> [batch, time, depth]."""
+        x = inputs * tf.cast(self.hyperparameters.num_units**0.5, inputs.dtype)
         record("scaled_inputs", x)
         if self.position_encoder is not None:
-            x = self.position_encoder(x, step=step)
+            x = self.position_encoder(x, positions)
             record("position_encoded_inputs", x)
-        return apply_dropout(x, self.dropout, self.dropout_seed, training)
+        return apply_dropout(x, self.hyperparameters.dropout, self.dropout_seed, training)
 
     def get_config(self):
         config = super().get_config()
-        config.update(num_layers=self.num_layers, position_encoding=self.position_encoding,
-                      **hyperparameters(self))
+        config.update(hyperparameters=self.hyperparameters.to_dict())
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        hyperparameters = ModelHyperparameters.from_dict(config["hyperparameters"])
+        return cls(**dict(config, hyperparameters=hyperparameters))

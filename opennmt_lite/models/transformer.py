@@ -1,31 +1,13 @@
-"""The Transformer sequence-to-sequence model and OpenNMT-tf's catalog presets."""
+"""The Transformer sequence-to-sequence model."""
 
 import keras
 
 from opennmt_lite import PACKAGE
+from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.models.decoders import SelfAttentionDecoder
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.recorder import record, recording_scope
-
-SHARE_EMBEDDINGS = ("none", "source_target_input", "target", "all")
-
-# OpenNMT-tf 2.32's opennmt/models/catalog.py, hyper-parameter for hyper-parameter.
-_BASE = dict(num_layers=6, num_units=512, num_heads=8, ffn_inner_dim=2048, dropout=0.1,
-             attention_dropout=0.1, ffn_dropout=0.1, maximum_relative_position=None,
-             pre_norm=True, share_embeddings="none")
-_BIG = dict(_BASE, num_units=1024, num_heads=16, ffn_inner_dim=4096)
-PRESETS = {
-    "Transformer": dict(_BASE),
-    "TransformerBase": dict(_BASE),
-    "TransformerBig": dict(_BIG),
-    "TransformerRelative": dict(_BASE, maximum_relative_position=20),
-    "TransformerBaseRelative": dict(_BASE, maximum_relative_position=20),
-    "TransformerBigRelative": dict(_BIG, maximum_relative_position=20),
-    "TransformerBaseSharedEmbeddings": dict(_BASE, share_embeddings="all"),
-    "TransformerBigSharedEmbeddings": dict(_BIG, share_embeddings="all"),
-    "TransformerTiny": dict(_BASE, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=64),
-}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -36,91 +18,47 @@ class Transformer(keras.Model):
     "target_ids_in" [batch, tgt_time], "target_length" [batch]}
     -> (logits [batch, tgt_time, target_vocabulary_size], attention [batch, tgt_time, src_time])
 
-    share_embeddings: "none"; "source_target_input" (one table for source and target inputs,
-    which then need the same vocabulary); "target" (target input table = output projection);
-    "all" (both).
+    `hyperparameters`: a `ModelHyperparameters` (opennmt_lite.hyperparameters), handed to the
+    encoder, the decoder and their layers; `share_embeddings` there says which tables are shared
+    (sharing the input tables needs one vocabulary for source and target).
 
     Records source_embedded, the encoder's tensors under `encoder/`, target_embedded and the
     decoder's under `decoder/` (see opennmt_lite.recorder).
     """
 
-    def __init__(
-        self,
-        source_vocabulary_size,
-        target_vocabulary_size,
-        num_layers=6,
-        num_units=512,
-        num_heads=8,
-        ffn_inner_dim=2048,
-        dropout=0.1,
-        attention_dropout=0.1,
-        ffn_dropout=0.1,
-        ffn_activation="relu",
-        maximum_relative_position=None,
-        pre_norm=True,
-        position_encoding="auto",
-        share_embeddings="none",
-        output_layer_bias=True,
-        **kwargs,
-    ):
+    def __init__(self, hyperparameters, source_vocabulary_size, target_vocabulary_size, **kwargs):
         super().__init__(**kwargs)
-        if share_embeddings not in SHARE_EMBEDDINGS:
-            raise ValueError(f"share_embeddings must be one of {SHARE_EMBEDDINGS}, got {share_embeddings!r}")
-        if share_embeddings in ("source_target_input", "all") and (
+        if hyperparameters.shares_input_embeddings and (
             source_vocabulary_size != target_vocabulary_size
         ):
             raise ValueError(
-                f"share_embeddings={share_embeddings!r} needs one vocabulary for source and target, "
-                f"got sizes {source_vocabulary_size} and {target_vocabulary_size}"
+                f"share_embeddings={hyperparameters.share_embeddings!r} needs one vocabulary for "
+                f"source and target, got sizes {source_vocabulary_size} and {target_vocabulary_size}"
             )
-        self.hyper_parameters = dict(
-            source_vocabulary_size=source_vocabulary_size,
-            target_vocabulary_size=target_vocabulary_size,
-            num_layers=num_layers,
-            num_units=num_units,
-            num_heads=num_heads,
-            ffn_inner_dim=ffn_inner_dim,
-            dropout=dropout,
-            attention_dropout=attention_dropout,
-            ffn_dropout=ffn_dropout,
-            ffn_activation=ffn_activation,
-            maximum_relative_position=maximum_relative_position,
-            pre_norm=pre_norm,
-            position_encoding=position_encoding,
-            share_embeddings=share_embeddings,
-            output_layer_bias=output_layer_bias,
-        )
-        # What the encoder and the decoder take (the rest is the model's own).
-        common = {key: value for key, value in self.hyper_parameters.items() if key not in (
-            "source_vocabulary_size", "target_vocabulary_size", "num_layers", "share_embeddings",
-            "output_layer_bias")}
+        self.hyperparameters = hyperparameters
+        self.source_vocabulary_size = source_vocabulary_size
+        self.target_vocabulary_size = target_vocabulary_size
+        units = hyperparameters.num_units
         self.source_inputter = WordEmbedder(
-            source_vocabulary_size, num_units, dtype=self.dtype_policy, name="source_inputter"
+            source_vocabulary_size, units, dtype=self.dtype_policy, name="source_inputter"
         )
-        if share_embeddings in ("source_target_input", "all"):
+        if hyperparameters.shares_input_embeddings:
             self.target_inputter = self.source_inputter
         else:
             self.target_inputter = WordEmbedder(
-                target_vocabulary_size, num_units, dtype=self.dtype_policy, name="target_inputter"
+                target_vocabulary_size, units, dtype=self.dtype_policy, name="target_inputter"
             )
-        self.encoder = SelfAttentionEncoder(
-            num_layers, dtype=self.dtype_policy, name="encoder", **common
-        )
+        self.encoder = SelfAttentionEncoder(hyperparameters, dtype=self.dtype_policy, name="encoder")
         self.decoder = SelfAttentionDecoder(
-            num_layers, target_vocabulary_size, output_layer_bias=output_layer_bias,
-            dtype=self.dtype_policy, name="decoder", **common,
+            hyperparameters, target_vocabulary_size, dtype=self.dtype_policy, name="decoder"
         )
-
-    @property
-    def share_embeddings(self):
-        return self.hyper_parameters["share_embeddings"]
 
     def build(self, input_shape=None):
-        units = self.hyper_parameters["num_units"]
+        units = self.hyperparameters.num_units
         self.source_inputter.build()
         if not self.target_inputter.built:
             self.target_inputter.build()
-        if self.share_embeddings in ("target", "all"):
+        if self.hyperparameters.shares_output_embedding:
             self.decoder.share_output_embedding(self.target_inputter.embedding)
         self.encoder.build((None, None, units))
         self.decoder.build((None, None, units), (None, None, units))
@@ -151,7 +89,14 @@ class Transformer(keras.Model):
         )
 
     def get_config(self):
-        # Layer's config (name, trainable, dtype policy) and the hyper-parameters.
+        # Layer's config (name, trainable, dtype policy), the hyper-parameters and the sizes.
         config = super().get_config()
-        config.update(self.hyper_parameters)
+        config.update(hyperparameters=self.hyperparameters.to_dict(),
+                      source_vocabulary_size=self.source_vocabulary_size,
+                      target_vocabulary_size=self.target_vocabulary_size)
         return config
+
+    @classmethod
+    def from_config(cls, config):
+        hyperparameters = ModelHyperparameters.from_dict(config["hyperparameters"])
+        return cls(**dict(config, hyperparameters=hyperparameters))
