@@ -172,6 +172,7 @@ class ParamsConfig:
     average_loss_in_time: bool = key("bool")
     beam_width: int = key("int", 1, minimum=1)
     length_penalty: float = key("float", 0.0)
+    coverage_penalty: float = key("float", 0.0)
     maximum_decoding_length: int = key("int", 250, minimum=1)
     minimum_decoding_length: int = key("int", 0, minimum=0)
     num_hypotheses: int = key("int", minimum=1)
@@ -407,7 +408,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
-    "params.coverage_penalty": "only length_penalty is implemented",
     "params.sampling_topk": "random sampling is not implemented (greedy and beam search only)",
     "params.sampling_temperature": "random sampling is not implemented",
     "params.replace_unknown_target": "unknown-target replacement is not implemented",

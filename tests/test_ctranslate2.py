@@ -177,7 +177,7 @@ def test_export_writes_tokenizers_settings_and_layer_norm_epsilon(onmt):
     assert len(vocabulary) == 801
     decoding = json.loads((directory / "decoding.json").read_text())["translate_batch"]
     assert decoding == {"beam_size": 4, "num_hypotheses": 1, "length_penalty": 0.0,
-                        "max_decoding_length": 250, "min_decoding_length": 0,
+                        "max_decoding_length": 250, "min_decoding_length": 0, "coverage_penalty": 0.0,
                         "max_input_length": 0, "return_scores": True}
     assert "translate_batch" in (directory / "README.md").read_text()
 

@@ -96,6 +96,18 @@ def compare(lines, expected_name, with_scores=True):
     return matching, len(expected), largest
 
 
+@pytest.mark.parametrize("coverage_penalty, length_penalty, tag", [
+    (0.2, 0.0, "coverage0.2"), (1.0, 0.0, "coverage1.0"), (0.2, 0.6, "coverage0.2.length0.6")])
+def test_coverage_penalty_matches_opennmt(fixture, coverage_penalty, length_penalty, tag):
+    """Beam search with OpenNMT-tf's coverage penalty (and with a length penalty): the same
+    translations and scores as OpenNMT-tf's (tests/fixtures/onmt_tf_relative/coverage.README.md;
+    there the penalty changes 42 to 78 of the 100 beam-4 translations, so this discriminates)."""
+    lines = translate_file(fixture, "test.first100.tok.en", beam_width=4,
+                           coverage_penalty=coverage_penalty, length_penalty=length_penalty)
+    matching, total, _ = compare(lines, f"pred.first100.beam4.{tag}.scores.tok.de")
+    assert matching >= total - total // 100
+
+
 @pytest.mark.parametrize("subset", ["first100", "first8"])
 @pytest.mark.parametrize(
     "beam_width, n_best, tag",

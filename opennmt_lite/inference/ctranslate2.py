@@ -33,6 +33,9 @@ def translate_options(options):
         length_penalty=0.0 if beam == 1 else float(options.length_penalty),
         max_decoding_length=int(options.maximum_decoding_length),
         min_decoding_length=int(options.minimum_decoding_length),
+        # CTranslate2 adds its coverage term to every hypothesis at every step; OpenNMT-tf (and
+        # opennmt-lite) only to hypotheses already finished: beams can differ (see README).
+        coverage_penalty=0.0 if beam == 1 else float(options.coverage_penalty),
         max_input_length=0,
         return_scores=True,
     )

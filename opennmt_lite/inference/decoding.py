@@ -34,6 +34,13 @@ OpenNMT-tf behaviour reproduced here (see the notes on OpenNMT-tf's `utils/decod
   number of tokens before this step (`</s>` included; it stops growing when a hypothesis
   finishes). It keeps the best K, ordered by that score, lower index first on ties. Greedy
   search never applies the length penalty.
+* With `coverage_penalty` β != 0 (beam search only, GNMT's penalty as OpenNMT-tf applies it),
+  each row accumulates the attention vectors (the decoder's alignment: first head of the last
+  layer) of the steps it was not yet finished at; a row that was already finished when the
+  step began has β * sum_j log(min(coverage_j, 1)) added to its ranking score (source positions
+  never attended, coverage 0, count as log 1 = 0). Unfinished rows get no coverage term: in
+  OpenNMT-tf the penalty only re-ranks finished hypotheses against the others. The accumulated
+  attention moves with its row when beams are reordered; printed scores stay log-probabilities.
 * Finished hypotheses keep their beam slot until better unfinished ones push them out. Decoding
   stops when every row of the batch has finished, or after `maximum_decoding_length` steps
   (every step emits one token, `</s>` included, so an unfinished hypothesis then has exactly
@@ -83,7 +90,8 @@ class DecodingOptions:
 
     beam_width 1 is greedy search (length_penalty is then ignored, as in OpenNMT-tf); n_best
     hypotheses are returned per source (at most beam_width); maximum_decoding_length bounds the
-    steps (`</s>` included), minimum_decoding_length forbids `</s>` before that many steps.
+    steps (`</s>` included), minimum_decoding_length forbids `</s>` before that many steps;
+    coverage_penalty (beam search only) re-ranks finished hypotheses by their source coverage.
     """
 
     beam_width: int = 1
@@ -91,6 +99,7 @@ class DecodingOptions:
     n_best: int = 1
     maximum_decoding_length: int = 250
     minimum_decoding_length: int = 0
+    coverage_penalty: float = 0.0
 
     def __post_init__(self):
         beam_width, n_best = self.beam_width, self.n_best
@@ -119,8 +128,8 @@ def translate(model, source_ids, source_length, options=DecodingOptions(), retur
     def step_fn(ids, step, state):
         return model.decoder.step(model.target_inputter(ids), step, state, training=False)
 
-    return dynamic_decode(step_fn, state, batch_size, options,
-                          attention_size=tf.shape(memory)[1] if return_attention else None)
+    return dynamic_decode(step_fn, state, batch_size, options, source_time=tf.shape(memory)[1],
+                          return_attention=return_attention)
 
 
 def translation_function(model, options=DecodingOptions(), return_attention=False):
@@ -140,20 +149,25 @@ def translation_function(model, options=DecodingOptions(), return_attention=Fals
 
 
 def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions(),
-                   attention_size=None):
+                   source_time=None, return_attention=False):
     """The decoding loop, independent of the model.
 
     step_fn(ids [rows], step (int32 scalar), state) -> (logits [rows, vocab], state,
     attention [rows, src_time]), with rows = batch_size * beam_width, the beams of a sentence
     contiguous. The state is the decoder's: when beams are reordered only
     `state["layers"][i]["self_kv"]` is gathered; everything else is the same for all beams.
-    options: a DecodingOptions. attention_size: the source time (a scalar) to return the
-    attention history, else None.
+    options: a DecodingOptions. source_time: the source length of the attention vectors (a
+    scalar), needed to return the attention history (`return_attention`) and for the coverage
+    penalty.
     """
     beam_width = int(options.beam_width)
     n_best = int(options.n_best)
     length_penalty = options.length_penalty
-    keep_attention = attention_size is not None
+    coverage_penalty = options.coverage_penalty if beam_width > 1 else 0.0
+    keep_attention = return_attention
+    if (keep_attention or coverage_penalty) and source_time is None:
+        raise ValueError("the source length (source_time) is needed for the attention history "
+                         "and the coverage penalty")
     rows = batch_size * beam_width
 
     # Beam 0 of each sentence is alive, the others start at -inf (for greedy: just 0).
@@ -168,7 +182,9 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
         "state": initial_state,
     }
     if keep_attention:
-        loop["attention"] = tf.zeros([rows, 0, attention_size], tf.float32)
+        loop["attention"] = tf.zeros([rows, 0, source_time], tf.float32)
+    if coverage_penalty:
+        loop["coverage"] = tf.zeros([rows, source_time], tf.float32)  # accumulated attention
 
     def keep_going(loop):
         return tf.reduce_any(tf.logical_not(loop["finished"]))
@@ -183,10 +199,14 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
         # Rank the beam_width * vocab continuations of each sentence.
         if beam_width == 1:
             ranking = log_probs  # greedy: argmax of this step (no penalty, no cumulated score)
-        elif length_penalty != 0:
-            ranking = totals / _length_penalty(lengths + 1, length_penalty)[:, tf.newaxis]
         else:
             ranking = totals
+            if length_penalty != 0:
+                ranking = ranking / _length_penalty(lengths + 1, length_penalty)[:, tf.newaxis]
+            if coverage_penalty:
+                coverage = loop["coverage"] + tf.where(
+                    finished[:, tf.newaxis], 0.0, tf.cast(attention, tf.float32))
+                ranking = ranking + coverage_penalty * _coverage_penalty(coverage, finished)[:, tf.newaxis]
         ranking = tf.reshape(ranking, [batch_size, beam_width * vocab_size])
         _, best = tf.math.top_k(ranking, k=beam_width)  # sorted; lower index first on ties
         best_totals = tf.gather(
@@ -215,6 +235,8 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
             "history": tf.concat([tf.gather(loop["history"], parents), words[:, tf.newaxis]], 1),
             "state": _reorder_self_attention_cache(state, parents),
         }
+        if coverage_penalty:
+            new_loop["coverage"] = tf.gather(coverage, parents)
         if keep_attention:
             attention = tf.cast(attention, tf.float32)[:, tf.newaxis, :]
             new_loop["attention"] = tf.gather(tf.concat([loop["attention"], attention], 1), parents)
@@ -252,6 +274,14 @@ def _next_token_log_probs(logits, step, finished, minimum_decoding_length):
 def _length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha, computed as OpenNMT-tf does."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _coverage_penalty(coverage, finished):
+    """sum_j log(min(coverage_j, 1)) of the rows already `finished` (0 for the others),
+    coverage [rows, src_time] -> [rows]; positions never attended (0) count as log 1."""
+    coverage = tf.where(tf.equal(coverage, 0.0), 1.0, coverage)
+    penalty = tf.reduce_sum(tf.math.log(tf.minimum(coverage, 1.0)), axis=1)
+    return penalty * tf.cast(finished, tf.float32)
 
 
 def _reorder_self_attention_cache(state, parents):
