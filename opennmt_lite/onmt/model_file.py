@@ -181,22 +181,25 @@ def _describe(error, path):
 
 
 class _Level(int):
-    """An EmbeddingsSharingLevel value: OpenNMT-tf's int, with its name for messages."""
+    """An EmbeddingsSharingLevel value: OpenNMT-tf's int, with its names."""
 
-    def __new__(cls, value, name):
+    def __new__(cls, value, name, level_name):
         level = super().__new__(cls, value)
-        level.level_name = name
+        level.name, level.level_name = name, level_name
         return level
+
+    def __repr__(self):
+        return f"EmbeddingsSharingLevel.{self.name}"
 
 
 class EmbeddingsSharingLevel:
     """OpenNMT-tf's levels (plain ints there too), and the opennmt-lite name of each."""
 
-    NONE = _Level(0, "none")
-    SOURCE_TARGET_INPUT = _Level(1, "source_target_input")
-    TARGET = _Level(2, "target")
-    ALL = _Level(3, "all")
-    AUTO = _Level(4, None)  # (sharing decided by the vocabulary files: no single level here)
+    NONE = _Level(0, "NONE", "none")
+    SOURCE_TARGET_INPUT = _Level(1, "SOURCE_TARGET_INPUT", "source_target_input")
+    TARGET = _Level(2, "TARGET", "target")
+    ALL = _Level(3, "ALL", "all")
+    AUTO = _Level(4, "AUTO", None)  # (sharing decided by the vocabulary files: no one level here)
 
 
 class MultiHeadAttentionReduction:
