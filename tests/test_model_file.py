@@ -139,10 +139,18 @@ def test_activations_are_tensorflow_s_functions(tmp_path):
 
 def test_a_file_imports_its_neighbours(tmp_path):
     (tmp_path / "sizes.py").write_text("UNITS = 64\n")
-    result = read(tmp_path, "import opennmt\nimport sizes\n\n"
-                            "model = lambda: opennmt.models.Transformer(num_units=sizes.UNITS, num_heads=2)\n")
-    assert result["model"]["num_units"] == 64
-    sys.modules.pop("sizes", None)
+    (tmp_path / "encoders.py").write_text("import opennmt\n\nRNN = opennmt.encoders.RNNEncoder\n")
+    try:
+        result = read(tmp_path, "import opennmt\nimport sizes\n\n"
+                                "model = lambda: opennmt.models.Transformer(num_units=sizes.UNITS, num_heads=2)\n")
+        assert result["model"]["num_units"] == 64
+        # (a refusal names the line that used the stand-in, in the neighbour)
+        with pytest.raises(ModelFileError) as caught:
+            read(tmp_path, "import encoders\n")
+        assert str(caught.value).startswith(f"{tmp_path / 'encoders.py'}, line 3: opennmt.encoders.RNNEncoder")
+    finally:
+        sys.modules.pop("sizes", None)
+        sys.modules.pop("encoders", None)
 
 
 # (source, the line named, a fragment of the message)
