@@ -227,19 +227,26 @@ def main(argv=None):
     baseline = baselines[0] if args.only == "lite" and baselines else ONMT
 
     flops = flops_per_token(benchmark["model"], stats)
-    peak = {} if args.no_mfu else harness.measure_peak_flops(("float32", "bfloat16"))
+    # The peak MFU is computed against: the best of square products and of the model's own
+    # products on one batch (train.batch_size tokens per side).
+    shapes = harness.model_matmul_shapes(
+        benchmark["model"], benchmark["train"]["batch_size"],
+        stats["sentencepiece"]["de"]["vocabulary_size_with_oov"])
+    peak, peak_table = ({}, {}) if args.no_mfu else harness.measure_peak_flops(
+        ("float32", "bfloat16"), shapes)
     runs, summary = harness.compare(
         sides, args.runs, ["tokens_per_sec", "steps_per_sec"], session.run_dir,
         timeout=args.timeout, baseline=baseline, flops_per_token=flops, peak=peak)
     print()
-    print(render_table(summary, peak, flops, args, baseline))
+    print(render_table(summary, peak, flops, args, baseline, peak_table))
     session.finish(dict(benchmark="train", arguments=vars(args), configs=configs,
-                        peak_matmul_flops=peak, training_flops_per_token=flops,
+                        peak_matmul_flops=peak, peak_matmul_shapes=peak_table,
+                        training_flops_per_token=flops,
                         data_stats=stats, summary=summary, runs=runs))
     return 0
 
 
-def render_table(summary, peak, flops, args, baseline=ONMT):
+def render_table(summary, peak, flops, args, baseline=ONMT, peak_table=None):
     headers = ["framework", "runs ok", "tokens/s", "steps/s", "peak RSS GB", "MFU", "per run"]
     rows = [[side, f"{s['ok']}/{s['runs']}", harness.fmt(s["tokens_per_sec"]),
              harness.fmt(s["steps_per_sec"], ".3f"), harness.gb(s["peak_rss_bytes"]),
@@ -259,7 +266,8 @@ def render_table(summary, peak, flops, args, baseline=ONMT):
              f"{statistic} over its reports)", harness.format_table(headers, rows)]
     if peak:
         lines.append(f"MFU = tokens/s x {flops / 1e6:.1f} MFLOP/token (estimate, harness."
-                     f"training_flops_per_token) / matmul peak {harness.peak_text(peak)}")
+                     f"training_flops_per_token) / matmul peak {harness.peak_text(peak, peak_table)}"
+                     " (best of square and model-shaped products)")
     return "\n".join(lines)
 
 

@@ -664,51 +664,83 @@ def print_worker_result(result):
 # Peak matmul throughput and FLOP estimates
 
 
-def peak_matmul_flops(dtype="float32", n=4096, repeats=7, warmup=2):
-    """Measured matmul throughput (FLOP/s) of this machine in the current TensorFlow: an n x n x n
-    matmul under tf.function with TensorFlow's default threading (all cores), 2 n^3 FLOP per
-    call, median over `repeats` timed calls after `warmup` calls. Imports TensorFlow."""
+# Square products of several sizes: on some CPUs the largest is not the fastest (measured on an
+# AVX2 EPYC: 1024^3 156 GFLOP/s, 4096^3 92), so a peak taken from one size alone says more about
+# that size than about the machine.
+CUBES = ((1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096))
+
+
+def model_matmul_shapes(model, rows, vocabulary_size):
+    """The (m, k, n) products a Transformer's training step spends its time in, on `rows`
+    tokens: the attention projections [rows, d] x [d, d], the FFN's inner [rows, d] x [d, ffn]
+    and outer [rows, ffn] x [ffn, d], and the output layer [rows, d] x [d, vocabulary]."""
+    d, ffn = model["num_units"], model["ffn_inner_dim"]
+    return ((rows, d, d), (rows, d, ffn), (rows, ffn, d), (rows, d, vocabulary_size))
+
+
+def shape_name(shape):
+    return "x".join(str(size) for size in shape)
+
+
+def peak_matmul_flops(dtype="float32", shapes=CUBES, repeats=7, warmup=2):
+    """Measured matmul throughput of this machine in the current TensorFlow, per shape:
+    {"m x k x n": FLOP/s} for [m, k] x [k, n] products under tf.function with TensorFlow's default
+    threading (all cores), 2 m k n FLOP per call, median over `repeats` timed calls after
+    `warmup` calls. Imports TensorFlow."""
     import tensorflow as tf
 
     tf_dtype = tf.as_dtype(dtype)
-    a = tf.cast(tf.random.stateless_normal([n, n], seed=[1, 2]), tf_dtype)
-    b = tf.cast(tf.random.stateless_normal([n, n], seed=[3, 4]), tf_dtype)
 
     @tf.function
     def product(x, y):
-        # The reduction (n^2 adds) only forces completion; it is < 0.1 % of the matmul.
+        # The reduction (m n adds) only forces completion; it is < 0.1 % of the matmul.
         return tf.reduce_sum(tf.cast(tf.matmul(x, y), tf.float32))
 
-    for _ in range(warmup):
-        product(a, b).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        product(a, b).numpy()
-        times.append(time.perf_counter() - start)
-    return 2.0 * n ** 3 / statistics.median(times)
+    rates = {}
+    for m, k, n in shapes:
+        a = tf.cast(tf.random.stateless_normal([m, k], seed=[1, 2]), tf_dtype)
+        b = tf.cast(tf.random.stateless_normal([k, n], seed=[3, 4]), tf_dtype)
+        for _ in range(warmup):
+            product(a, b).numpy()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            product(a, b).numpy()
+            times.append(time.perf_counter() - start)
+        rates[shape_name((m, k, n))] = 2.0 * m * k * n / statistics.median(times)
+    return rates
 
 
-def measure_peak_flops(dtypes=("float32", "bfloat16"), python=None, n=4096, repeats=7):
-    """Runs `peak_matmul_flops` for each dtype in a fresh TensorFlow 2.21 subprocess (the
-    harness process itself never imports TensorFlow). Returns {dtype: FLOP/s or None}."""
+def measure_peak_flops(dtypes=("float32", "bfloat16"), shapes=(), python=None, repeats=7):
+    """Runs `peak_matmul_flops` on CUBES and `shapes` (e.g. `model_matmul_shapes`) for each
+    dtype in a fresh TensorFlow 2.21 subprocess (the harness process itself never imports
+    TensorFlow). Returns ({dtype: the best rate, the peak MFU is computed against, or None},
+    {dtype: {shape: FLOP/s}}): record both."""
     log("measuring the matmul peak (TensorFlow 2.21)")
-    cmd = [python or sys.executable, os.path.abspath(__file__), "peak-flops", "--n", str(n),
-           "--repeats", str(repeats), "--dtypes", *dtypes]
+    all_shapes = list(CUBES) + [tuple(shape) for shape in shapes if tuple(shape) not in CUBES]
+    cmd = [python or sys.executable, os.path.abspath(__file__), "peak-flops",
+           "--repeats", str(repeats), "--dtypes", *dtypes,
+           "--shapes", *(shape_name(shape) for shape in all_shapes)]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
     output = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
     for line in reversed(output.stdout.splitlines()):
         try:
-            return json.loads(line)
+            table = json.loads(line)
         except ValueError:
             continue
+        return {dtype: max(rates.values()) for dtype, rates in table.items()}, table
     log("peak FLOP/s measurement failed:\n" + output.stderr[-2000:])
-    return {dtype: None for dtype in dtypes}
+    return {dtype: None for dtype in dtypes}, {}
 
 
-def peak_text(peak):
-    """"float32 216 GFLOP/s, bfloat16 400 GFLOP/s" for the table footers."""
-    return ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s" for k, v in peak.items() if v)
+def peak_text(peak, table=None):
+    """"float32 216 GFLOP/s, bfloat16 400 GFLOP/s" for the table footers (with `table`, each
+    peak's shape: "float32 216 GFLOP/s (1024x1024x1024)")."""
+    def best_shape(dtype):
+        rates = (table or {}).get(dtype) or {}
+        return f" ({max(rates, key=rates.get)})" if rates else ""
+
+    return ", ".join(f"{k} {v / 1e9:.0f} GFLOP/s{best_shape(k)}" for k, v in peak.items() if v)
 
 
 def _attention_flops(span, num_units, relative):
@@ -768,13 +800,16 @@ def _main(argv=None):
     sub = main_parser.add_subparsers(dest="command", required=True)
     peak = sub.add_parser("peak-flops", help="measure the matmul peak (JSON on stdout)")
     peak.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
-    peak.add_argument("--n", type=int, default=4096)
+    peak.add_argument("--shapes", nargs="+", default=[shape_name(shape) for shape in CUBES],
+                      help="products m x k x n, written MxKxN")
     peak.add_argument("--repeats", type=int, default=7)
     args = main_parser.parse_args(argv)
+    shapes = [tuple(int(size) for size in text.split("x")) for text in args.shapes]
     result = {}
     for dtype in args.dtypes:
-        result[dtype] = peak_matmul_flops(dtype, n=args.n, repeats=args.repeats)
-        log(f"peak matmul {dtype}: {result[dtype] / 1e9:.0f} GFLOP/s")
+        result[dtype] = peak_matmul_flops(dtype, shapes=shapes, repeats=args.repeats)
+        for shape, rate in result[dtype].items():
+            log(f"matmul {dtype} {shape}: {rate / 1e9:.0f} GFLOP/s")
     print(json.dumps(result), flush=True)
 
 
