@@ -283,15 +283,17 @@ def training_checkpoint(config, save_dir=None):
     return new_training_checkpoint(transformer, built_optimizer, save_dir=save_dir)
 
 
-def decoding_options(params, infer_config, beam_width=None, n_best=None):
+def decoding_options(params, infer_config, beam_width=None, n_best=None, seed=0):
     """The `DecodingOptions` of the `params` and `infer` sections (each option is the key of the
     same name, `n_best` in `infer`, the others in `params`); `beam_width` / `n_best` (command-line
-    values) override them."""
+    values) override them. `seed`: of random sampling (the commands pass train.seed or --seed)."""
     from opennmt_lite.inference.decoding import DecodingOptions
 
     overrides = {"beam_width": beam_width, "n_best": n_best}
-    values = {}
+    values = {"seed": seed}
     for field in dataclasses.fields(DecodingOptions):
+        if field.name in values:
+            continue
         section = infer_config if field.name == "n_best" else params
         given = overrides.get(field.name)
         values[field.name] = getattr(section, field.name) if given is None else given

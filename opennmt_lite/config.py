@@ -173,6 +173,9 @@ class ParamsConfig:
     beam_width: int = key("int", 1, minimum=1)
     length_penalty: float = key("float", 0.0)
     coverage_penalty: float = key("float", 0.0)
+    # 1: no sampling (the best tokens); 0: sample from the whole distribution; K: from the K best.
+    sampling_topk: int = key("int", 1, minimum=0)
+    sampling_temperature: float = key("float", 1.0)
     maximum_decoding_length: int = key("int", 250, minimum=1)
     minimum_decoding_length: int = key("int", 0, minimum=0)
     num_hypotheses: int = key("int", minimum=1)
@@ -408,8 +411,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
-    "params.sampling_topk": "random sampling is not implemented (greedy and beam search only)",
-    "params.sampling_temperature": "random sampling is not implemented",
     "params.replace_unknown_target": "unknown-target replacement is not implemented",
     "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
     "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
@@ -550,6 +551,9 @@ def _finalize(config, source):
         value = config[section_name].get(name)
         if value is not None and not 0.0 <= value < 1.0:
             raise ConfigError(f"{source}: {section_name}.{name} must be in [0, 1), got {value}")
+    if not params["sampling_temperature"] > 0:
+        raise ConfigError(f"{source}: params.sampling_temperature must be positive, got "
+                          f"{params['sampling_temperature']}")
     try:  # the carrier's own checks (those above give the messages naming the keys)
         ModelHyperparameters.from_dict(_model_values(model))
     except ValueError as error:

@@ -79,6 +79,8 @@ def test_without_auto_config_opennmt_fallbacks_apply(tmp_path):
         (dict(MINIMAL, params={"label_smoothing": 1}), r"params.label_smoothing must be in \[0, 1\), got 1"),
         ({"model_dir": "x", "model": {"num_units": 512}}, r"model.num_layers is not set"),
         (dict(MINIMAL, infer={"n_best": 5}), r"infer.n_best \(5\) cannot exceed params.beam_width \(4\)"),
+        (dict(MINIMAL, params={"sampling_topk": -1}), r"config.yml: params.sampling_topk must be at least 0, got -1"),
+        (dict(MINIMAL, params={"sampling_temperature": 0}), r"config.yml: params.sampling_temperature must be positive, got 0"),
         ("model_dir: [unclosed", r"config.yml: invalid YAML"),
     ],
 )

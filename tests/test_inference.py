@@ -392,3 +392,71 @@ def test_transformer_under_mixed_precision():
     assert result.log_probs.dtype == tf.float32
     assert np.isfinite(result.log_probs.numpy()).all()
     assert result.ids.dtype == tf.int32
+
+
+# Random sampling (params.sampling_topk / sampling_temperature), seeded.
+
+SAMPLED = rules({(): {A: 0.5, B: 0.3, C: 0.15, EOS: 0.05}}, default={EOS: 1.0})
+
+
+def test_sampling_draws_from_the_tempered_top_k_distribution():
+    """20 000 first tokens drawn with top-3 at temperature 0.7 follow softmax(log p / 0.7) over
+    the 3 best (chi-square, 2 degrees of freedom: below 9.21, the 1 % critical value), and the
+    4th token never appears."""
+    rows = 20000
+    model = StubModel([SAMPLED])
+    ids = np.zeros([rows, 1], np.int32)
+    result = translate(model, ids, np.ones(rows, np.int32), DecodingOptions(
+        sampling_topk=3, sampling_temperature=0.7, maximum_decoding_length=1, seed=7))
+    first = result.ids.numpy()[:, 0, 0]
+    assert not np.any(first == EOS) and set(np.unique(first)) <= {A, B, C}
+    tempered = np.array([0.5, 0.3, 0.15]) ** (1 / 0.7)
+    expected = rows * tempered / tempered.sum()
+    observed = np.array([np.sum(first == token) for token in (A, B, C)])
+    chi_square = float(np.sum((observed - expected) ** 2 / expected))
+    assert chi_square < 9.21, (observed, expected)
+    # The scores are the untempered log-probabilities of the tokens drawn.
+    np.testing.assert_allclose(result.log_probs.numpy()[:, 0],
+                               np.log(np.array([0.5, 0.3, 0.15])[first - A]), atol=1e-5)
+
+
+def test_sampling_is_seeded_and_varies_between_calls():
+    model = small_transformer()
+    ids = np.tile(np.array([[5, 6, 7, 8]], np.int32), [64, 1])
+    lengths = np.full([64], 4, np.int32)
+    options = DecodingOptions(sampling_topk=0, maximum_decoding_length=6, seed=3)
+    first = translate(model, ids, lengths, options).ids.numpy()
+    np.testing.assert_array_equal(translate(model, ids, lengths, options).ids.numpy(), first)
+    other_seed = translate(model, ids, lengths, DecodingOptions(
+        sampling_topk=0, maximum_decoding_length=6, seed=4)).ids.numpy()
+    assert not np.array_equal(other_seed, first)
+    assert len({tuple(row) for row in first[:, 0]}) > 1  # rows draw independently
+    # A translation function draws anew at each call, and repeats its sequence of calls.
+    runs = []
+    for _ in range(2):
+        decode = translation_function(model, options)
+        runs.append([decode(ids, lengths).ids.numpy() for _ in range(2)])
+    assert not np.array_equal(runs[0][0], runs[0][1])
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sampling_topk_1_is_greedy_and_beams_sample_too():
+    model = small_transformer()
+    ids = np.array([[5, 6, 7, 8], [9, 3, 0, 0]], np.int32)
+    lengths = np.array([4, 2], np.int32)
+    greedy = translate(model, ids, lengths, DecodingOptions(maximum_decoding_length=6))
+    top1 = translate(model, ids, lengths, DecodingOptions(
+        sampling_topk=1, sampling_temperature=0.3, maximum_decoding_length=6, seed=1))
+    for a, b in zip(greedy[:3], top1[:3]):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    sampled = translate(model, ids, lengths, DecodingOptions(
+        beam_width=3, n_best=3, sampling_topk=5, maximum_decoding_length=6, seed=1))
+    assert sampled.ids.shape[:2] == (2, 3) and np.isfinite(sampled.log_probs.numpy()).all()
+
+
+def test_invalid_sampling_options():
+    with pytest.raises(ValueError, match="sampling_topk"):
+        DecodingOptions(sampling_topk=-1)
+    with pytest.raises(ValueError, match="sampling_temperature"):
+        DecodingOptions(sampling_topk=0, sampling_temperature=0.0)

@@ -36,7 +36,7 @@ def run(args, config):
         raise OutputError(f"--output {args.output} already holds files: give a new or empty "
                           "directory (an export never overwrites one)")
     model, assets, _ = build.inference_model(config, args.checkpoint)
-    options = build.decoding_options(config.params, config.infer)
+    options = build.decoding_options(config.params, config.infer, seed=config.train.seed)
     return export_model(model, assets, options, config.data, args.output,
                         maximum_source_length=config.infer.maximum_features_length)
 
@@ -47,6 +47,6 @@ def _export_ctranslate2(args, config):
 
     ctranslate2.check_destination(args.output, args.force)  # before loading the model
     model, assets, _ = build.inference_model(config, args.checkpoint)
-    options = build.decoding_options(config.params, config.infer)
+    options = build.decoding_options(config.params, config.infer, seed=config.train.seed)
     return ctranslate2.export_model(model, assets, options, config.data, args.output,
                                     quantization=args.quantization, force=args.force)

@@ -16,6 +16,8 @@ def add_arguments(parser):
     parser.add_argument("--beam_width", type=positive_int)
     parser.add_argument("--n_best", type=positive_int)
     parser.add_argument("--with_scores", action="store_true", default=None)
+    parser.add_argument("--seed", type=int, help="seed of random sampling (params.sampling_topk "
+                        "!= 1; default train.seed)")
     parser.add_argument("--ctranslate2", metavar="DIR",
                         help="translate with this CTranslate2 model (run.py export --format "
                         "ctranslate2) instead of the checkpoint")
@@ -28,7 +30,8 @@ def run(args, config):
 
     if args.predictions_file:
         check_output_file(args.predictions_file, "--predictions_file")
-    options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best)
+    seed = config.train.seed if args.seed is None else args.seed
+    options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best, seed)
     if args.ctranslate2:
         results = _translate_ctranslate2(args, config, options)
     else:

@@ -36,6 +36,9 @@ def translate_options(options):
         # CTranslate2 adds its coverage term to every hypothesis at every step; OpenNMT-tf (and
         # opennmt-lite) only to hypotheses already finished: beams can differ (see README).
         coverage_penalty=0.0 if beam == 1 else float(options.coverage_penalty),
+        # (0: the whole distribution, as here; seeded by `translate_file`)
+        sampling_topk=int(options.sampling_topk),
+        sampling_temperature=float(options.sampling_temperature),
         max_input_length=0,
         return_scores=True,
     )
@@ -87,6 +90,10 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
     `unk_token`: the model's unknown token (`unknown_token(path)`)."""
     data = inference_input
     arguments = translate_options(options)
+    if options.sampling_topk != 1:
+        import ctranslate2
+
+        ctranslate2.set_random_seed(options.seed)
     results = [None] * len(data.corpus)
     batches = data.batches
     if progress:

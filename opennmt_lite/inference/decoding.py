@@ -41,6 +41,12 @@ OpenNMT-tf behaviour reproduced here (see the notes on OpenNMT-tf's `utils/decod
   never attended, coverage 0, count as log 1 = 0). Unfinished rows get no coverage term: in
   OpenNMT-tf the penalty only re-ranks finished hypotheses against the others. The accumulated
   attention moves with its row when beams are reordered; printed scores stay log-probabilities.
+* Random sampling (`sampling_topk` != 1, OpenNMT-tf's RandomSampler): instead of taking the best
+  K continuations, K are drawn (independently, with replacement) from softmax(ranking /
+  sampling_temperature) over the `sampling_topk` best (0: over all); greedy search draws from
+  this step's log-probabilities, beam search from its ranking scores over the sentence's
+  K * V continuations. Draws are stateless and seeded (`seed`; per call of a
+  `translation_function`, per step), so a run repeats exactly.
 * Finished hypotheses keep their beam slot until better unfinished ones push them out. Decoding
   stops when every row of the batch has finished, or after `maximum_decoding_length` steps
   (every step emits one token, `</s>` included, so an unfinished hypothesis then has exactly
@@ -91,7 +97,9 @@ class DecodingOptions:
     beam_width 1 is greedy search (length_penalty is then ignored, as in OpenNMT-tf); n_best
     hypotheses are returned per source (at most beam_width); maximum_decoding_length bounds the
     steps (`</s>` included), minimum_decoding_length forbids `</s>` before that many steps;
-    coverage_penalty (beam search only) re-ranks finished hypotheses by their source coverage.
+    coverage_penalty (beam search only) re-ranks finished hypotheses by their source coverage;
+    sampling_topk != 1 draws the next tokens at random from the sampling_topk best (0: from
+    all) at sampling_temperature, seeded by `seed`.
     """
 
     beam_width: int = 1
@@ -100,6 +108,9 @@ class DecodingOptions:
     maximum_decoding_length: int = 250
     minimum_decoding_length: int = 0
     coverage_penalty: float = 0.0
+    sampling_topk: int = 1
+    sampling_temperature: float = 1.0
+    seed: int = 0
 
     def __post_init__(self):
         beam_width, n_best = self.beam_width, self.n_best
@@ -107,15 +118,23 @@ class DecodingOptions:
             raise ValueError(f"beam_width must be a positive integer, got {beam_width!r}")
         if int(n_best) != n_best or not 1 <= n_best <= beam_width:
             raise ValueError(f"n_best must be an integer in [1, beam_width={beam_width}], got {n_best!r}")
+        if int(self.sampling_topk) != self.sampling_topk or self.sampling_topk < 0:
+            raise ValueError(f"sampling_topk must be a non-negative integer (0: sample from the "
+                             f"whole distribution), got {self.sampling_topk!r}")
+        if not self.sampling_temperature > 0:
+            raise ValueError(f"sampling_temperature must be positive, got "
+                             f"{self.sampling_temperature!r}")
         for name in ("maximum_decoding_length", "minimum_decoding_length"):
             value = getattr(self, name)
             if int(value) != value or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
 
 
-def translate(model, source_ids, source_length, options=DecodingOptions(), return_attention=False):
+def translate(model, source_ids, source_length, options=DecodingOptions(), return_attention=False,
+              call_index=0):
     """Encodes `source_ids` [batch, src_time] / `source_length` [batch] and decodes with
-    `options` (a DecodingOptions)."""
+    `options` (a DecodingOptions). `call_index` (int32 scalar) varies the random draws of
+    sampling from call to call (with the same seed)."""
     source_ids = tf.cast(source_ids, tf.int32)
     source_length = tf.cast(source_length, tf.int32)
     batch_size = tf.shape(source_ids)[0]
@@ -129,12 +148,15 @@ def translate(model, source_ids, source_length, options=DecodingOptions(), retur
         return model.decoder.step(model.target_inputter(ids), step, state, training=False)
 
     return dynamic_decode(step_fn, state, batch_size, options, source_time=tf.shape(memory)[1],
-                          return_attention=return_attention)
+                          return_attention=return_attention, call_index=call_index)
 
 
 def translation_function(model, options=DecodingOptions(), return_attention=False):
     """`translate(model, ..., options, return_attention)` as a tf.function with input signature
-    ([None, None] int32 source ids, [None] int32 source lengths)."""
+    ([None, None] int32 source ids, [None] int32 source lengths). With sampling, each call
+    draws anew (a counter of the calls is part of the seed), and the sequence of calls repeats
+    exactly with the same seed."""
+    calls = tf.Variable(0, dtype=tf.int32, trainable=False) if options.sampling_topk != 1 else None
 
     @tf.function(
         input_signature=[
@@ -143,13 +165,14 @@ def translation_function(model, options=DecodingOptions(), return_attention=Fals
         ]
     )
     def run(source_ids, source_length):
-        return translate(model, source_ids, source_length, options, return_attention)
+        call_index = 0 if calls is None else calls.assign_add(1)
+        return translate(model, source_ids, source_length, options, return_attention, call_index)
 
     return run
 
 
 def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions(),
-                   source_time=None, return_attention=False):
+                   source_time=None, return_attention=False, call_index=0):
     """The decoding loop, independent of the model.
 
     step_fn(ids [rows], step (int32 scalar), state) -> (logits [rows, vocab], state,
@@ -158,7 +181,7 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
     `state["layers"][i]["self_kv"]` is gathered; everything else is the same for all beams.
     options: a DecodingOptions. source_time: the source length of the attention vectors (a
     scalar), needed to return the attention history (`return_attention`) and for the coverage
-    penalty.
+    penalty. call_index: varies sampling's draws between calls (see `translation_function`).
     """
     beam_width = int(options.beam_width)
     n_best = int(options.n_best)
@@ -185,6 +208,9 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
         loop["attention"] = tf.zeros([rows, 0, source_time], tf.float32)
     if coverage_penalty:
         loop["coverage"] = tf.zeros([rows, source_time], tf.float32)  # accumulated attention
+    if options.sampling_topk != 1:
+        sampling_seed = tf.random.experimental.stateless_fold_in(
+            tf.constant([options.seed, 0], tf.int32), tf.cast(call_index, tf.int32))
 
     def keep_going(loop):
         return tf.reduce_any(tf.logical_not(loop["finished"]))
@@ -208,7 +234,12 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
                     finished[:, tf.newaxis], 0.0, tf.cast(attention, tf.float32))
                 ranking = ranking + coverage_penalty * _coverage_penalty(coverage, finished)[:, tf.newaxis]
         ranking = tf.reshape(ranking, [batch_size, beam_width * vocab_size])
-        _, best = tf.math.top_k(ranking, k=beam_width)  # sorted; lower index first on ties
+        if options.sampling_topk == 1:
+            _, best = tf.math.top_k(ranking, k=beam_width)  # sorted; lower index first on ties
+        else:
+            seed = tf.random.experimental.stateless_fold_in(sampling_seed, step)
+            best = _sample(ranking, beam_width, options.sampling_topk,
+                           options.sampling_temperature, seed)
         best_totals = tf.gather(
             tf.reshape(totals, [batch_size, beam_width * vocab_size]), best, batch_dims=1
         )
@@ -274,6 +305,19 @@ def _next_token_log_probs(logits, step, finished, minimum_decoding_length):
 def _length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha, computed as OpenNMT-tf does."""
     return tf.pow((5.0 + tf.cast(length, tf.float32)) / 6.0, alpha)
+
+
+def _sample(scores, num_samples, topk, temperature, seed):
+    """[rows, num_samples] indices into scores [rows, n], drawn independently from
+    softmax(scores / temperature) restricted to the `topk` best (0: all)."""
+    scores = tf.cast(scores, tf.float32)
+    if topk == 0:
+        return tf.random.stateless_categorical(scores / temperature, num_samples, seed,
+                                               dtype=tf.int32)
+    top_scores, top_ids = tf.math.top_k(scores, k=tf.minimum(topk, tf.shape(scores)[1]))
+    drawn = tf.random.stateless_categorical(top_scores / temperature, num_samples, seed,
+                                            dtype=tf.int32)
+    return tf.gather(top_ids, drawn, batch_dims=1)
 
 
 def _coverage_penalty(coverage, finished):
