@@ -278,7 +278,7 @@ def _read_model_file(path):
         name = match.group(1)
         if f"--model_type {name}" in REFUSED or name not in CATALOG:
             raise ModelError(f"{path}: catalog model {name}: "
-                                 f"{REFUSED.get(f'--model_type {name}', 'not in the catalog')}")
+                             f"{REFUSED.get(f'--model_type {name}', 'not in the catalog')}")
         return {"model": {"preset": name}, "auto_config": None}
     from opennmt_lite.onmt import model_file  # (the user's own code runs here, as in OpenNMT-tf)
 
@@ -301,7 +301,7 @@ def _model(args, user, model_dir):
         model, auto_config, origin = read["model"], read.get("auto_config"), path
     else:
         raise ModelError("a model configuration is required: set --model or --model_type on "
-                             "the command line (or a model section in the configuration)")
+                         "the command line (or a model section in the configuration)")
     if user.get("model") is not None:
         logger.warning("%s replaces the model section of the configuration (OpenNMT-tf has no "
                        "model section: the command line wins)", origin)
