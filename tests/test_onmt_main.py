@@ -429,8 +429,11 @@ def test_model_file_and_its_auto_config(tmp_path, monkeypatch, capsys):
     def read_model_file(path):
         if path.endswith("bad.py"):
             raise UserError(f"{path}, line 3: opennmt.encoders.RNNEncoder is not supported")
+        if path.endswith("no_bias.py"):  # a carrier hyper-parameter without a model-section key
+            return {"model": {"num_layers": 1, "num_units": 16, "num_heads": 2,
+                              "ffn_inner_dim": 32, "mha_bias": False}, "auto_config": None}
         return {"model": {"num_layers": 1, "num_units": 16, "num_heads": 2, "ffn_inner_dim": 32,
-                          "ffn_activation": "gelu"},
+                          "ffn_activation": "gelu", "mha_bias": True},
                 "auto_config": {"params": {"beam_width": 2}, "train": {"batch_size": 100,
                                                                         "max_step": 7}}}
 
@@ -438,7 +441,7 @@ def test_model_file_and_its_auto_config(tmp_path, monkeypatch, capsys):
     stand_in.read_model_file = read_model_file
     monkeypatch.setitem(sys.modules, "opennmt_lite.onmt.model_file", stand_in)
     monkeypatch.setattr(package, "model_file", stand_in, raising=False)
-    for name in ("model.py", "bad.py"):
+    for name in ("model.py", "bad.py", "no_bias.py"):
         (tmp_path / name).write_text("import opennmt\n")
     config_path = _small_config(tmp_path, train={"max_step": 9}, model={"num_layers": 5})
     common = ["--config", config_path, "--model", str(tmp_path / "model.py")]
@@ -453,3 +456,6 @@ def test_model_file_and_its_auto_config(tmp_path, monkeypatch, capsys):
     err = _error(capsys, ["--config", config_path, "--model", str(tmp_path / "bad.py"), "infer",
                           "--features_file", "x"])
     assert "bad.py, line 3" in err
+    err = _error(capsys, ["--config", config_path, "--model", str(tmp_path / "no_bias.py"),
+                          "infer", "--features_file", "x"])
+    assert "no_bias.py: mha_bias=False cannot be configured here" in err

@@ -305,7 +305,24 @@ def _model(args, user, model_dir):
     if user.get("model") is not None:
         logger.warning("%s replaces the model section of the configuration (OpenNMT-tf has no "
                        "model section: the command line wins)", origin)
-    return _whole_model_section(model), auto_config, origin
+    return _whole_model_section(_section_values(model, origin)), auto_config, origin
+
+
+def _section_values(model, origin):
+    """The `model` section keys of a model description. A hyper-parameter the section does not
+    have (e.g. mha_bias) is dropped at the carrier's default, refused otherwise."""
+    from opennmt_lite.config import ModelConfig
+    from opennmt_lite.hyperparameters import ModelHyperparameters
+
+    defaults = ModelHyperparameters().to_dict()
+    section = {}
+    for name, value in model.items():
+        if name in ModelConfig.__dataclass_fields__:
+            section[name] = value
+        elif name not in defaults or value != defaults[name]:
+            raise ModelError(f"{origin}: {name}={value!r} cannot be configured here (the model "
+                             "section has no such key)")
+    return section
 
 
 def _train_overrides(args, user):
