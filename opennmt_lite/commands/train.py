@@ -42,7 +42,8 @@ def run(args, config):
         if missing:  # first run: build what the config names, so one command does the whole job
             logger.info("building vocabularies (missing: %s)", ", ".join(missing))
             build_vocab.run(args, config)
-        trainer = build.trainer(config)
+        # (onmt-main's `train` evaluates only with --with_eval; run.py's when eval files are set)
+        trainer = build.trainer(config, with_evaluation=getattr(args, "with_eval", None))
         try:
             summary = trainer.run()
         except KeyboardInterrupt:  # a second Ctrl-C (see trainer.StopRequest)

@@ -6,6 +6,13 @@ Signatures (Keras 3 `ExportArchive` endpoints, all visible to TF Serving):
   translate(tokens: string [batch, time], length: int32 [batch])
       -> {"tokens": string [batch, n_best, time'], "length": int32 [batch, n_best],
           "log_probs": float32 [batch, n_best]}
+  serving_default(tokens: string [batch, time], length: int32 [batch])
+      -> translate's outputs and "alignment": float32 [batch, n_best, time', time]
+OpenNMT-tf 2.32's `serving_default` for a Transformer with a tokenizer outside the graph: its
+inputs and outputs, so TensorFlow Serving clients written for OpenNMT-tf work unchanged. The
+alignment is OpenNMT-tf's: the first head of the last decoder layer's attention over the source,
+for each output token (zeros after the end). (OpenNMT-tf's signature takes raw `text` instead
+when its tokenizer runs in the graph; here the text signatures below do that.)
 `tokens` are source pieces (what the source tokenizer produces), padded with any string beyond
 `length`. Pieces are mapped to ids in the graph with the vocabulary file saved as an asset
 (unknown pieces -> the out-of-vocabulary id, as in training); output ids are mapped back to
@@ -127,13 +134,21 @@ def export_model(model, assets, options, data, output_dir, maximum_source_length
         outputs = model.encode(ids, length, training=False)
         return {"outputs": tf.cast(outputs, tf.float32), "length": length}
 
-    def translate_tokens(tokens, length):
-        ids, length = source_ids(tokens, length)
-        result = translate(model, ids, length, options)
+    def translated(result):
         pieces = target_to_token.lookup(tf.cast(result.ids, tf.int64))
         mask = tf.sequence_mask(result.lengths, maxlen=tf.shape(result.ids)[2])
         pieces = tf.where(mask, pieces, tf.constant("", tf.string))
         return {"tokens": pieces, "length": result.lengths, "log_probs": result.log_probs}
+
+    def translate_tokens(tokens, length):
+        ids, length = source_ids(tokens, length)
+        return translated(translate(model, ids, length, options))
+
+    def serving_default(tokens, length):
+        # OpenNMT-tf's signature: translate's outputs and the alignment of each output token.
+        ids, length = source_ids(tokens, length)
+        result = translate(model, ids, length, options, return_attention=True)
+        return dict(translated(result), alignment=result.attention)
 
     archive = keras.export.ExportArchive()
     archive.track(model)
@@ -141,7 +156,8 @@ def export_model(model, assets, options, data, output_dir, maximum_source_length
     archive.track(target_to_token)
     archive.add_endpoint("encode", encode, input_signature=signature)
     archive.add_endpoint("translate", translate_tokens, input_signature=signature)
-    names = ["encode", "translate"]
+    archive.add_endpoint("serving_default", serving_default, input_signature=signature)
+    names = ["encode", "translate", "serving_default"]
     text_models = sentencepiece_text_models(data)
     if text_models:
         _add_text_endpoints(archive, text_models, encode, translate_tokens, maximum_source_length)
