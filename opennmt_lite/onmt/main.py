@@ -467,7 +467,7 @@ def _infer(args, config):
     results = infer.run(argparse.Namespace(
         checkpoint=checkpoint_argument(args.checkpoint_path), features_file=args.features_file[0],
         predictions_file=args.predictions_file or None, beam_width=None, n_best=None,
-        with_scores=None, ctranslate2=None), config)
+        with_scores=None, ctranslate2=None, seed=None), config)
     if args.log_prediction_time:  # (OpenNMT-tf's lines; its tokens are the output's tokens)
         total = time.time() - start
         tokens = sum(len(text.split()) for hypotheses in results for text, _ in hypotheses[:1])
