@@ -27,7 +27,7 @@ from opennmt_lite.data.tokenizers import make_tokenizer
 from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.layers import fast_paths
 from opennmt_lite.models import Transformer
-from opennmt_lite.training import schedules
+from opennmt_lite.training import adam, schedules
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -131,7 +131,7 @@ def optimizer(params, dtype_policy="float32"):
     rate = learning_rate(params)
     if params.optimizer in ("Adam", "LazyAdam"):
         kwargs.setdefault("epsilon", 1e-7)
-        result = keras.optimizers.Adam(learning_rate=rate, **kwargs)
+        result = adam.Adam(learning_rate=rate, **kwargs)  # Keras' Adam, the fused kernel's update
     elif params.optimizer == "AdamW":
         kwargs.setdefault("epsilon", 1e-7)
         result = keras.optimizers.AdamW(learning_rate=rate, **kwargs)
