@@ -23,7 +23,7 @@ FLOORS = (
     ("inference/export", ("opennmt_lite.inference", "opennmt_lite.export", "opennmt_lite.inspection")),
     ("build", ("opennmt_lite.build",)),
     ("commands", ("opennmt_lite.commands",)),
-    ("command line", ("opennmt_lite.cli", "opennmt_lite.__main__", "run")),
+    ("command line", ("opennmt_lite.cli", "opennmt_lite.__main__", "opennmt_lite.onmt", "run")),
 )
 __doc__ += "\n".join(f"  {i} {name}: {', '.join(prefixes)}" for i, (name, prefixes) in enumerate(FLOORS))
 
