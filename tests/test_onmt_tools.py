@@ -122,8 +122,8 @@ def test_merge_config_prints_what_opennmt_tf_prints(capsys, monkeypatch):
 def test_user_errors_are_one_line_with_status_2(command, argv, message, tmp_path, capsys, monkeypatch):
     (tmp_path / "bad.yml").write_text("a: 1\n b: [\n")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"x\n"), encoding="utf-8"))
-    status = getattr(tools, command)([a.format(tmp=tmp_path) for a in argv])
+    status = getattr(tools, command)([a.replace("{tmp}", str(tmp_path)) for a in argv])
     err = capsys.readouterr().err
     assert status == 2, err
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
-    assert message.format(tmp=tmp_path) in err
+    assert message.replace("{tmp}", str(tmp_path)) in err

@@ -29,12 +29,17 @@ def _parser(prog, description):
                                    formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
-def _run(parser, action, argv):
-    """Parses `argv` with `parser`, runs `action(args)`; returns the exit status."""
+def _run(parser, action, argv, tensorflow=True):
+    """Parses `argv` with `parser`, runs `action(args)`; returns the exit status. `tensorflow`:
+    the action imports it (the data package does), without its start-up lines."""
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit:  # --help (0) or a bad option (2), already printed by argparse
         return exit.code
+    if tensorflow:
+        from opennmt_lite.cli import import_tensorflow_quietly
+
+        import_tensorflow_quietly()
     try:
         action(args)
     except UserError as error:
@@ -57,16 +62,12 @@ def _tokenizer(config):
     """The tokenizer of OpenNMT-tf's `--tokenizer_config` (a YAML file, a JSON string; nothing:
     split on spaces), read as the config's `data.source_tokenization` is."""
     from opennmt_lite import build
-    from opennmt_lite.cli import import_tensorflow_quietly
 
-    import_tensorflow_quietly()  # (the data package imports TensorFlow)
     if not config:
         return build.tokenizer(None)
-    from opennmt_lite.config import build_config
+    from opennmt_lite.config import command_line_tokenization
 
-    data = build_config({"model_dir": os.curdir, "data": {"source_tokenization": config}},
-                        source="--tokenizer_config").data
-    return build.tokenizer(data.source_tokenization, "--tokenizer_config")
+    return build.tokenizer(command_line_tokenization(config), "--tokenizer_config")
 
 
 def _stdin_lines():
@@ -169,7 +170,7 @@ def merge_config(argv=None):
         # As OpenNMT-tf prints it: yaml.dump's keys sorted, block style, and print's own newline.
         print(yaml.dump(merged, default_flow_style=False))
 
-    return _run(parser, action, argv)
+    return _run(parser, action, argv, tensorflow=False)
 
 
 # --- onmt-build-vocab -----------------------------------------------------------------------
