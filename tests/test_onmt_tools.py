@@ -127,3 +127,16 @@ def test_user_errors_are_one_line_with_status_2(command, argv, message, tmp_path
     assert status == 2, err
     assert err.count("\n") == 1 and err.startswith("error: ") and "Traceback" not in err
     assert message.replace("{tmp}", str(tmp_path)) in err
+
+
+def test_python_m_opennmt_lite_onmt_runs_each_command_by_name(capsys, monkeypatch):
+    from opennmt_lite.onmt import __main__ as by_name
+
+    monkeypatch.chdir(CLI)
+    assert by_name.main(["onmt-merge-config", "base.yml", "override.yml"]) == 0
+    assert capsys.readouterr().out == (CLI / "merged.yml").read_text(encoding="utf-8")
+    assert by_name.main(["onmt-train"]) == 2
+    assert capsys.readouterr().err.startswith("usage: python -m opennmt_lite.onmt {onmt-main,")
+    assert sorted(by_name.COMMANDS) == sorted(
+        line.split(" = ")[0] for line in (FIXTURES.parents[1] / "pyproject.toml").read_text().splitlines()
+        if line.startswith("onmt-"))

@@ -293,6 +293,9 @@ def _sentencepiece_vocabulary(args, specials):
         raise ArgumentError("--min_frequency: not supported with --sentencepiece (as in OpenNMT-tf)")
     if not args.data:
         raise ArgumentError("--sentencepiece: give the data files to train the model on")
+    if args.from_vocab is not None:  # (OpenNMT-tf ignores it without a word)
+        print("warning: --from_vocab is not used with --sentencepiece (as in OpenNMT-tf)",
+              file=sys.stderr)
     size = args.size
     if args.size_multiple > 1:  # the next size whose size + 1 (<unk>) is a multiple
         size = size - (size + NUM_OOV_BUCKETS) % args.size_multiple + args.size_multiple
