@@ -66,6 +66,16 @@ def test_build_vocab_sentencepiece_trains_the_model_opennmt_tf_trains(tmp_path):
             == [(theirs.id_to_piece(i), theirs.get_score(i)) for i in range(theirs.get_piece_size())])
 
 
+def test_build_vocab_sentencepiece_on_opennmt_tokens_counts_what_opennmt_tf_counts(tmp_path, monkeypatch):
+    """--tokenizer_config with --sentencepiece: SentencePiece learns on the OpenNMT Tokenizer's
+    tokens, and the vocabulary is the most frequent tokens of the data tokenized with both."""
+    monkeypatch.chdir(CLI)
+    assert tools.build_vocab(["--sentencepiece", "--tokenizer_config", "tokenizer.yml", "--size", "150",
+                              "--size_multiple", "8", "--save_vocab", str(tmp_path / "de.sp_pretok"),
+                              str(DATA / "valid.de")]) == 0
+    assert (tmp_path / "de.sp_pretok.vocab").read_bytes() == (CLI / "de.sp_pretok.vocab").read_bytes()
+
+
 def run_with_stdin(function, argv, data, monkeypatch):
     """(exit status, standard output bytes) of `function(argv)` reading `data` on stdin."""
     stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
