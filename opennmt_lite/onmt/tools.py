@@ -2,7 +2,8 @@
 `onmt-tokenize-text`, `onmt-detokenize-text`, `onmt-merge-config`.
 
 Each function is a console command: it takes the arguments (default: the process's), returns the
-exit status, and prints a user error as one line `error: ...` with status 2, never a traceback.
+exit status, and prints a user error as one line `error: ...` with status 2, without a
+traceback (anything else is a bug: its traceback, status 1, as the `opennmt-lite` command).
 The tokenizer configurations (`--tokenizer_config`: a YAML file or a JSON string) are read as
 the `data.*_tokenization` section reads them (OpenNMT-tf's types and params), so a sampling
 option (`bpe_dropout`, `sp_nbest_size`, SentencePieceTokenizer's `nbest_size`) is refused:
@@ -14,8 +15,9 @@ import math
 import os
 import signal
 import sys
+import traceback
 
-from opennmt_lite.errors import EXIT_USER_ERROR, ArgumentError, UserError
+from opennmt_lite.errors import EXIT_BUG, EXIT_USER_ERROR, ArgumentError, UserError
 
 # OpenNMT-tf's special tokens, in its vocabulary files' order (opennmt.constants).
 PADDING_TOKEN, START_TOKEN, END_TOKEN = "<blank>", "<s>", "</s>"
@@ -55,6 +57,11 @@ def _run(parser, action, argv, tensorflow=True):
     except KeyboardInterrupt:
         print("interrupted (SIGINT)", file=sys.stderr)
         return 128 + signal.SIGINT
+    except Exception:  # noqa: BLE001 (everything else is a bug, shown in full)
+        traceback.print_exc()
+        print(f"this is a bug in opennmt-lite ({parser.prog}), not a problem with your options or "
+              "files: please report it with the traceback above", file=sys.stderr)
+        return EXIT_BUG
     return 0
 
 
@@ -107,7 +114,7 @@ def _stream_parser(prog, description, delimiter_help):
 def tokenize_text(argv=None):
     """`onmt-tokenize-text`: standard input, one sentence per line, to its tokens joined by
     --delimiter on standard output."""
-    parser = _stream_parser("onmt-tokenize-text", tokenize_text.__doc__.split("`: ")[1],
+    parser = _stream_parser("onmt-tokenize-text", "Tokenizes standard input, one sentence a line.",
                             "token delimiter for text serialization")
 
     def action(args):
@@ -122,7 +129,7 @@ def tokenize_text(argv=None):
 def detokenize_text(argv=None):
     """`onmt-detokenize-text`: standard input, tokens joined by --delimiter, to detokenized text
     on standard output."""
-    parser = _stream_parser("onmt-detokenize-text", detokenize_text.__doc__.split("`: ")[1],
+    parser = _stream_parser("onmt-detokenize-text", "Detokenizes standard input, one sentence a line.",
                             "token delimiter used in text serialization")
 
     def action(args):
@@ -141,7 +148,7 @@ def detokenize_text(argv=None):
 def merge_config(argv=None):
     """`onmt-merge-config`: the YAML configuration files merged left to right (mappings merged
     key by key, `optimizer_params` and `decay_params` replaced whole), printed as YAML."""
-    parser = _parser("onmt-merge-config", merge_config.__doc__.split("`: ")[1])
+    parser = _parser("onmt-merge-config", "Merges configuration files, left to right, and prints the result.")
     parser.add_argument("config", nargs="+", help="configuration files")
 
     def action(args):
@@ -178,7 +185,7 @@ def merge_config(argv=None):
 def build_vocab(argv=None):
     """`onmt-build-vocab`: a word vocabulary counted from data files (or built on a saved one), or
     a SentencePiece model and its vocabulary (--sentencepiece), as OpenNMT-tf 2.32 writes them."""
-    parser = _parser("onmt-build-vocab", build_vocab.__doc__.split("`: ")[1])
+    parser = _parser("onmt-build-vocab", "Builds a word vocabulary, or a SentencePiece model and its vocabulary.")
     parser.add_argument("data", nargs="*", help="data files")
     parser.add_argument("--from_vocab", default=None,
                         help="start from this saved vocabulary (see --from_format)")
