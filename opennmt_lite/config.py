@@ -687,6 +687,13 @@ def _finalize_tokenization(value, where, source, model_dir):
     return tokenization
 
 
+def command_line_tokenization(value, option="--tokenizer_config"):
+    """The `Tokenization` of a tokenizer configuration given on a command line, as OpenNMT-tf's
+    commands take it (a YAML file, relative to the working directory, or a JSON string), checked
+    as `data.*_tokenization` is; `option` names it in the errors."""
+    return _typed(Tokenization, _finalize_tokenization(value, option, "command line", os.curdir))
+
+
 def _duplicate_keys(node, prefix="", seen_nodes=None):
     """Raises ConfigError at the first key written twice in one mapping of a YAML node tree,
     naming the file, the key path and both lines."""

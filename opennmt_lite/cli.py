@@ -1,0 +1,127 @@
+"""opennmt-lite command line: build-vocab, train, infer, export, evaluate, inspect.
+
+Each command is one module of `opennmt_lite/commands/` (see README.md). This module parses the
+arguments, loads the YAML config(s) (OpenNMT-tf's keys plus a `model` section) and dispatches.
+Installed, it is the `opennmt-lite` command (`run()`); `run.py` and `python -m opennmt_lite`
+call the same `main`.
+"""
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import threading
+import traceback
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+from opennmt_lite.commands import COMMANDS  # noqa: E402 (after the TensorFlow log setting)
+from opennmt_lite.errors import EXIT_BUG, EXIT_USER_ERROR, Interrupted, UserError  # noqa: E402
+
+PROG = "opennmt-lite"
+_tensorflow_imported = False
+
+
+def import_tensorflow_quietly():
+    """The full TensorFlow wheel (requirements.txt: tensorflow-text needs it) probes for CUDA when
+    imported and on its first device query, and on a machine without an NVIDIA driver writes
+    5 lines about it to stderr below TF_CPP_MIN_LOG_LEVEL's reach. Both happen here, with stderr
+    sent to /dev/null, unless a driver is present or TF_CPP_MIN_LOG_LEVEL is 0. A failing import
+    still raises (its error is printed once stderr is back). Once per process."""
+    global _tensorflow_imported
+    if _tensorflow_imported:
+        return
+    _tensorflow_imported = True
+    if os.path.exists("/proc/driver/nvidia") or os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
+        return
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    try:
+        import tensorflow
+
+        tensorflow.config.list_physical_devices("GPU")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def command_module(name):
+    return importlib.import_module(f"opennmt_lite.commands.{COMMANDS[name]}")
+
+
+def parse_args(argv, prog=PROG):
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMANDS:
+        module = command_module(name)
+        p = sub.add_parser(name, help=module.HELP)
+        p.add_argument("--config", nargs="+", required=name != "evaluate",
+                       help="YAML config file(s), merged left to right")
+        p.add_argument("--log_level", default="INFO", type=str.upper,
+                       choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+        module.add_arguments(p)
+    return parser.parse_args(argv)
+
+
+def _terminate(signum, frame):
+    # SIGTERM outside training (where the trainer handles it): unwind like Ctrl-C, so that
+    # temporary files are removed, and exit with status 143.
+    raise Interrupted(signum, "terminated (SIGTERM)")
+
+
+def main(argv=None, prog=PROG):
+    """Runs one command; returns the exit status: 0, 2 for a user error (one line on stderr),
+    1 for a bug (with its traceback), 128 + N after signal N (130 SIGINT, 143 SIGTERM). `prog`
+    is the name the help and the messages give the program (`run.py` when run so)."""
+    import_tensorflow_quietly()
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+    except SystemExit as exit:  # argparse: --help (0), or a bad option, already printed (2)
+        return exit.code
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    module = command_module(args.command)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
+    try:
+        config = None
+        if args.config:
+            from opennmt_lite.config import load_config
+
+            overrides = getattr(module, "config_overrides", lambda args: {})(args)
+            config = load_config(args.config, overrides)
+        module.run(args, config)
+    except UserError as error:  # raised where the program knows what the user did wrong
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except Interrupted as stop:
+        print(f"{stop}", file=sys.stderr)
+        return stop.exit_code
+    except KeyboardInterrupt:
+        print("interrupted (SIGINT)", file=sys.stderr)
+        return 128 + signal.SIGINT
+    except Exception:  # noqa: BLE001 (everything else is a bug, shown in full)
+        traceback.print_exc()
+        print(f"this is a bug in opennmt-lite ({prog} {args.command}), not a problem with your "
+              "config or data: please report it with the traceback above", file=sys.stderr)
+        return EXIT_BUG
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    return 0
+
+
+def exit_with(status):
+    """Exits the process with `status`, ignoring a late Ctrl-C (no KeyboardInterrupt traceback
+    while the interpreter shuts down)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sys.exit(status)
+
+
+def run(prog=PROG):
+    """The `opennmt-lite` console command."""
+    exit_with(main(prog=prog))
