@@ -73,28 +73,14 @@ def _terminate(signum, frame):
     raise Interrupted(signum, "terminated (SIGTERM)")
 
 
-def main(argv=None, prog=PROG):
-    """Runs one command; returns the exit status: 0, 2 for a user error (one line on stderr),
-    1 for a bug (with its traceback), 128 + N after signal N (130 SIGINT, 143 SIGTERM). `prog`
-    is the name the help and the messages give the program (`run.py` when run so)."""
-    import_tensorflow_quietly()
-    try:
-        args = parse_args(sys.argv[1:] if argv is None else argv, prog)
-    except SystemExit as exit:  # argparse: --help (0), or a bad option, already printed (2)
-        return exit.code
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s",
-                        datefmt="%H:%M:%S")
-    module = command_module(args.command)
+def guarded(action, what):
+    """Runs `action()` the way every console command does; returns the exit status: 0, 2 for a
+    user error (one `error:` line on stderr), 1 for a bug (its traceback, then a line naming
+    `what`, e.g. "run.py train"), 128 + N after signal N (130 SIGINT, 143 SIGTERM)."""
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
     try:
-        config = None
-        if args.config:
-            from opennmt_lite.config import load_config
-
-            overrides = getattr(module, "config_overrides", lambda args: {})(args)
-            config = load_config(args.config, overrides)
-        module.run(args, config)
+        action()
     except UserError as error:  # raised where the program knows what the user did wrong
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -106,13 +92,37 @@ def main(argv=None, prog=PROG):
         return 128 + signal.SIGINT
     except Exception:  # noqa: BLE001 (everything else is a bug, shown in full)
         traceback.print_exc()
-        print(f"this is a bug in opennmt-lite ({prog} {args.command}), not a problem with your "
-              "config or data: please report it with the traceback above", file=sys.stderr)
+        print(f"this is a bug in opennmt-lite ({what}), not a problem with your options, "
+              "configuration or data: please report it with the traceback above", file=sys.stderr)
         return EXIT_BUG
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def main(argv=None, prog=PROG):
+    """Runs one command; returns the exit status (see `guarded`). `prog` is the name the help
+    and the messages give the program (`run.py` when run so)."""
+    import_tensorflow_quietly()
+    try:
+        args = parse_args(sys.argv[1:] if argv is None else argv, prog)
+    except SystemExit as exit:  # argparse: --help (0), or a bad option, already printed (2)
+        return exit.code
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s",
+                        datefmt="%H:%M:%S")
+    module = command_module(args.command)
+
+    def run_command():
+        config = None
+        if args.config:
+            from opennmt_lite.config import load_config
+
+            overrides = getattr(module, "config_overrides", lambda args: {})(args)
+            config = load_config(args.config, overrides)
+        module.run(args, config)
+
+    return guarded(run_command, f"{prog} {args.command}")
 
 
 def exit_with(status):

@@ -28,11 +28,8 @@ import argparse
 import logging
 import os
 import re
-import signal
 import sys
-import threading
 import time
-import traceback
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -551,58 +548,36 @@ def _set_up_tensorflow(args):
                 logger.warning("--gpu_allow_growth: %s is already initialized", device.name)
 
 
-def _terminate(signum, frame):
-    from opennmt_lite.errors import Interrupted
-
-    raise Interrupted(signum, "terminated (SIGTERM)")
-
-
 def main(argv=None):
     """Runs one OpenNMT-tf command line; returns the exit status: 0, 2 for a user error (one
     line on stderr), 1 for a bug (with its traceback), 128 + N after signal N."""
+    from opennmt_lite.cli import guarded, import_tensorflow_quietly
+
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit:  # --help, --version (0), or a bad option, already printed (2)
         return exit.code
-    from opennmt_lite.errors import EXIT_BUG, EXIT_USER_ERROR, Interrupted
-
+    import_tensorflow_quietly()
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("opennmt_lite").setLevel(getattr(logging, args.log_level))
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _terminate) if in_main_thread else None
-    try:
+
+    def run_type():
         refused = refusal(args)
         if refused is not None:
             raise refused
         _unused_checkpoint_path(args)
         _set_up_tensorflow(args)
         RUNS[args.run_type](args, configure(args))
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except Interrupted as stop:
-        print(f"{stop}", file=sys.stderr)
-        return stop.exit_code
-    except KeyboardInterrupt:
-        print("interrupted (SIGINT)", file=sys.stderr)
-        return 128 + signal.SIGINT
-    except Exception:  # noqa: BLE001 (everything else is a bug, shown in full)
-        traceback.print_exc()
-        print(f"this is a bug in opennmt-lite ({PROG} {args.run_type}), not a problem with your "
-              "configuration or data: please report it with the traceback above", file=sys.stderr)
-        return EXIT_BUG
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    return 0
+
+    return guarded(run_type, f"{PROG} {args.run_type}")
 
 
 def run():
     """The `onmt-main` console command."""
-    status = main()
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # exiting anyway: no late KeyboardInterrupt traceback
-    sys.exit(status)
+    from opennmt_lite.cli import exit_with
+
+    exit_with(main())
 
 
 if __name__ == "__main__":

@@ -13,11 +13,9 @@ OpenNMT-tf's onmt-tokenize-text samples with it, one draw per run.
 import argparse
 import math
 import os
-import signal
 import sys
-import traceback
 
-from opennmt_lite.errors import EXIT_BUG, EXIT_USER_ERROR, ArgumentError, UserError
+from opennmt_lite.errors import ArgumentError, UserError
 
 # OpenNMT-tf's special tokens, in its vocabulary files' order (opennmt.constants).
 PADDING_TOKEN, START_TOKEN, END_TOKEN = "<blank>", "<s>", "</s>"
@@ -38,31 +36,25 @@ def _run(parser, action, argv, tensorflow=True):
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit:  # --help (0) or a bad option (2), already printed by argparse
         return exit.code
-    if tensorflow:
-        from opennmt_lite.cli import import_tensorflow_quietly
+    from opennmt_lite.cli import guarded, import_tensorflow_quietly
 
+    if tensorflow:
         import_tensorflow_quietly()
-    try:
-        action(args)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except OSError as error:  # an input or output file the user named
-        if isinstance(error, BrokenPipeError):  # the reader (e.g. `head`) is gone: not an error
+
+    def run_action():
+        try:
+            action(args)
+        except BrokenPipeError:  # the reader (e.g. `head`) is gone: not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            return 0
-        where = f"{error.filename}: " if error.filename else ""
-        print(f"error: {where}{error.strerror or error}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("interrupted (SIGINT)", file=sys.stderr)
-        return 128 + signal.SIGINT
-    except Exception:  # noqa: BLE001 (everything else is a bug, shown in full)
-        traceback.print_exc()
-        print(f"this is a bug in opennmt-lite ({parser.prog}), not a problem with your options or "
-              "files: please report it with the traceback above", file=sys.stderr)
-        return EXIT_BUG
-    return 0
+        except OSError as error:  # an input or output file the user named
+            where = f"{error.filename}: " if error.filename else ""
+            raise FileAccessError(f"{where}{error.strerror or error}") from None
+
+    return guarded(run_action, parser.prog)
+
+
+class FileAccessError(UserError, OSError):
+    """An input or output file named on the command line that cannot be read or written."""
 
 
 def _tokenizer(config):
