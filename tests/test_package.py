@@ -96,6 +96,8 @@ def test_help_of_the_commands(installed):
     for command in ("build-vocab", "train", "infer", "export", "inspect"):
         assert command in out
     assert "--save_vocab SAVE_VOCAB" in installed.ok("onmt-build-vocab", "--help")
+    out = installed.ok("onmt-main", "--help")
+    assert out.startswith("usage: onmt-main ") and "--model_type" in out
     # OpenNMT-tf's commands by module, beside OpenNMT-tf's own scripts (README: Installing)
     (installed.work / "a.yml").write_text("train: {batch_size: 8}\n")
     assert installed.ok("python", "-m", "opennmt_lite.onmt", "onmt-merge-config", "a.yml") == (
@@ -153,3 +155,12 @@ def test_train_export_and_inspect_from_the_installed_commands(installed):
     page = (work / "page.html").read_text(encoding="utf-8")
     css = (ROOT / "opennmt_lite" / "inspection" / "page.css").read_text(encoding="utf-8")
     assert css in page
+    # OpenNMT-tf's command line: the catalog's tiny model, no model section, then its export
+    # from the model_description.py the run left in model_dir.
+    onmt_config = dict(config, model_dir="onmt_run")
+    del onmt_config["model"]
+    (work / "onmt.yml").write_text(yaml.safe_dump(onmt_config))
+    installed.ok("onmt-main", "--model_type", "TransformerTiny", "--config", "onmt.yml", "train")
+    assert (work / "onmt_run" / "model_description.py").is_file()
+    installed.ok("onmt-main", "--config", "onmt.yml", "export", "--output_dir", "onmt_export")
+    assert (work / "onmt_export" / "saved_model.pb").is_file()
