@@ -176,6 +176,7 @@ class ParamsConfig:
     # 1: no sampling (the best tokens); 0: sample from the whole distribution; K: from the K best.
     sampling_topk: int = key("int", 1, minimum=0)
     sampling_temperature: float = key("float", 1.0)
+    replace_unknown_target: bool = key("bool", False)
     maximum_decoding_length: int = key("int", 250, minimum=1)
     minimum_decoding_length: int = key("int", 0, minimum=0)
     num_hypotheses: int = key("int", minimum=1)
@@ -258,6 +259,7 @@ class InferConfig:
     length_bucket_width: int = key("int", minimum=0)
     n_best: int = key("int", 1, minimum=1)
     with_scores: bool = key("bool", False)
+    with_alignments: str = key("str", None, choices=("hard", "soft"))
     # Not an OpenNMT-tf key (it translates every line whole): a longer line is translated from its
     # first maximum_features_length tokens, with a warning naming it, rather than exhausting the
     # memory (self-attention grows with the square of the length). null: no limit.
@@ -411,7 +413,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
-    "params.replace_unknown_target": "unknown-target replacement is not implemented",
     "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
     "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
     "params.decoding_noise": "decoding noise is not implemented",
@@ -430,7 +431,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "eval.export_format": "exporting during training is not implemented (run.py export)",
     "eval.max_exports_to_keep": "exporting during training is not implemented",
     "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "infer.with_alignments": "alignment output is not implemented",
     "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "score.with_token_level": "token-level scores are not implemented",
     "score.with_alignments": "alignment output is not implemented",

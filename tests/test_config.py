@@ -142,3 +142,15 @@ def test_catalog_presets_match_opennmt_catalog():
     assert PRESETS["TransformerBaseSharedEmbeddings"]["share_embeddings"] == "all"
     assert all(p["dropout"] == 0.1 and p["pre_norm"] for p in PRESETS.values())
     assert PRESETS["TransformerTiny"]["num_layers"] == 2 and PRESETS["TransformerTiny"]["ffn_inner_dim"] == 64
+
+
+def test_the_refused_keys_table_is_the_config_s():
+    """docs/opennmt-tf.md lists exactly the OpenNMT-tf keys the config refuses, with its reason."""
+    import pathlib
+    import re
+
+    from opennmt_lite.config import UNSUPPORTED_ONMT_KEYS
+
+    text = (pathlib.Path(__file__).parents[1] / "docs" / "opennmt-tf.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `([a-z_]+\.[a-z_]+)` \| (.*?) \|$", text, flags=re.M))
+    assert rows == UNSUPPORTED_ONMT_KEYS

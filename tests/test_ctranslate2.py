@@ -178,7 +178,7 @@ def test_export_writes_tokenizers_settings_and_layer_norm_epsilon(onmt):
     decoding = json.loads((directory / "decoding.json").read_text())["translate_batch"]
     assert decoding == {"beam_size": 4, "num_hypotheses": 1, "length_penalty": 0.0,
                         "max_decoding_length": 250, "min_decoding_length": 0, "coverage_penalty": 0.0,
-                        "sampling_topk": 1, "sampling_temperature": 1.0,
+                        "sampling_topk": 1, "sampling_temperature": 1.0, "replace_unknowns": False,
                         "max_input_length": 0, "return_scores": True}
     assert "translate_batch" in (directory / "README.md").read_text()
 
@@ -383,7 +383,7 @@ def test_translate_options_carry_every_decoding_option():
     assert arguments == {"beam_size": 4, "num_hypotheses": 2, "length_penalty": 0.6,
                          "max_decoding_length": 50, "min_decoding_length": 2,
                          "coverage_penalty": 0.2, "sampling_topk": 0,
-                         "sampling_temperature": 0.8, "max_input_length": 0,
+                         "sampling_temperature": 0.8, "replace_unknowns": False, "max_input_length": 0,
                          "return_scores": True}
     # Greedy search applies neither penalty (OpenNMT-tf's GreedySearch).
     greedy = ct2_infer.translate_options(DecodingOptions(length_penalty=0.6, coverage_penalty=0.2))

@@ -100,7 +100,7 @@ def compare(lines, expected_name, with_scores=True):
     (0.2, 0.0, "coverage0.2"), (1.0, 0.0, "coverage1.0"), (0.2, 0.6, "coverage0.2.length0.6")])
 def test_coverage_penalty_matches_opennmt(fixture, coverage_penalty, length_penalty, tag):
     """Beam search with OpenNMT-tf's coverage penalty (and with a length penalty): the same
-    translations and scores as OpenNMT-tf's (tests/fixtures/onmt_tf_relative/coverage.README.md;
+    translations and scores as OpenNMT-tf's (tests/fixtures/onmt_tf_relative/decoding_options.README.md;
     there the penalty changes 42 to 78 of the 100 beam-4 translations, so this discriminates)."""
     lines = translate_file(fixture, "test.first100.tok.en", beam_width=4,
                            coverage_penalty=coverage_penalty, length_penalty=length_penalty)
@@ -180,3 +180,69 @@ def rescored_nll(count):
     """`onmt-main score` of the n-best lines: their true negative log-likelihood."""
     lines = read_lines("rescore.first100.beam4.nbest4.scores.txt")[:count]
     return np.array([float(line.split(" ||| ")[0]) for line in lines])
+
+
+# infer's output options, through the command's own path (config, batches, formatting).
+
+def infer_lines(tmp_path, params, infer):
+    """The lines `run.py infer` writes for the fixture's 100 test sentences with these `params`
+    and `infer` settings (OpenNMT-tf's checkpoint imported)."""
+    import yaml
+
+    from opennmt_lite import build
+    from opennmt_lite.config import load_config
+    from opennmt_lite.inference.translate import format_lines, translate_file
+
+    base = yaml.safe_load((ONMT_FIXTURE.parent / "onmt_fixture.yml").read_text())
+    base["params"].update(params)
+    base["infer"].update(infer)
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(base))
+    config = load_config(str(path))
+    model, assets, _ = build.inference_model(config)
+    data = build.inference_input(str(ONMT_FIXTURE / "test.first100.tok.en"), config.infer, assets)
+    options = build.decoding_options(config.params, config.infer)
+    results = translate_file(model, assets, data, options, progress=False,
+                             alignments=config.infer.with_alignments)
+    return list(format_lines(results, config.infer.with_scores, config.infer.with_alignments))
+
+
+def compare_fields(ours, theirs, alignment):
+    """Lines `SCORE ||| text ||| alignment` (or `text ||| alignment`): the texts and the hard
+    alignments equal, scores within 1e-4, soft values within 1e-5. Returns the lines equal."""
+    equal = 0
+    for mine, reference in zip(ours, theirs):
+        a, b = mine.split(" ||| "), reference.split(" ||| ")
+        assert len(a) == len(b)
+        if a[-2] != b[-2]:
+            print(f"differs:\n  ours: {mine[:200]}\n  onmt: {reference[:200]}")
+            continue
+        equal += 1
+        if len(a) == 3:
+            assert abs(float(a[0]) - float(b[0])) <= SCORE_TOLERANCE
+        if alignment == "hard":
+            assert a[-1] == b[-1], (mine, reference)
+        else:
+            vectors = [[float(x) for x in v.split()] for v in a[-1].split(" ; ")]
+            expected = [[float(x) for x in v.split()] for v in b[-1].split(" ; ")]
+            np.testing.assert_allclose(vectors, expected, atol=1e-5, rtol=0)
+    return equal
+
+
+@pytest.mark.parametrize("beam_width, replace, alignment, with_scores, tag", [
+    (4, True, "hard", True, "beam4.replace.hard"),
+    (1, True, "soft", True, "beam1.replace.soft"),
+    (4, False, "soft", False, "beam4.soft"),
+])
+def test_alignments_and_unknown_replacement_match_opennmt(tmp_path, beam_width, replace, alignment,
+                                                         with_scores, tag):
+    """`infer.with_alignments` (hard and soft) and `params.replace_unknown_target` print what
+    OpenNMT-tf prints (its <unk> appears in 87 of the 100 plain beam-4 translations, so the
+    replacement is exercised)."""
+    ours = infer_lines(tmp_path, {"beam_width": beam_width, "replace_unknown_target": replace},
+                       {"with_alignments": alignment, "with_scores": with_scores})
+    theirs = read_lines(f"pred.first100.{tag}.tok.de")
+    assert len(ours) == len(theirs) == 100
+    assert compare_fields(ours, theirs, alignment) >= 99
+    if replace:
+        assert not any("<unk>" in line.split(" ||| ")[-2] for line in ours)

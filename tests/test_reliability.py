@@ -474,8 +474,8 @@ def test_a_line_that_does_not_fit_in_memory_is_reported_and_the_rest_translated(
 
     real = translate.translation_function
 
-    def running_out_of_memory(model, options):
-        decode = real(model, options)
+    def running_out_of_memory(model, options, return_attention=False):
+        decode = real(model, options, return_attention)
 
         def run(source_ids, source_length):
             if int(np.max(source_length)) > 30:
@@ -503,7 +503,7 @@ def test_infer_replaces_its_output_whole(tmp_path, monkeypatch, capsys):
     output = tmp_path / "pred.txt"
     output.write_text("the previous translations\n")
 
-    def interrupted(results, with_scores):
+    def interrupted(results, with_scores, alignments=None):
         yield "a first line"
         raise KeyboardInterrupt  # Ctrl-C while writing
 

@@ -37,9 +37,9 @@ def run(args, config):
     else:
         model, assets, _ = build.inference_model(config, args.checkpoint)
         data = build.inference_input(args.features_file, config.infer, assets)
-        results = translate_file(model, assets, data, options)
+        results = translate_file(model, assets, data, options, alignments=config.infer.with_alignments)
     with_scores = config.infer.with_scores if args.with_scores is None else args.with_scores
-    write_lines(format_lines(results, with_scores), args.predictions_file)
+    write_lines(format_lines(results, with_scores, config.infer.with_alignments), args.predictions_file)
     if args.predictions_file:
         logger.info("wrote %d translations to %s", len(results), args.predictions_file)
     return results
@@ -57,4 +57,5 @@ def _translate_ctranslate2(args, config, options):
     translator = ctranslate2.load_translator(args.ctranslate2, assets)
     data = build.inference_input(args.features_file, config.infer, assets)
     return ctranslate2.translate_file(translator, assets, data, options,
-                                      unk_token=ctranslate2.unknown_token(args.ctranslate2))
+                                      unk_token=ctranslate2.unknown_token(args.ctranslate2),
+                                      alignments=config.infer.with_alignments)

@@ -148,7 +148,7 @@ def export_model(model, assets, options, data, output_dir, maximum_source_length
         # OpenNMT-tf's signature: translate's outputs and the alignment of each output token.
         ids, length = source_ids(tokens, length)
         result = translate(model, ids, length, options, return_attention=True)
-        return dict(translated(result), alignment=result.attention)
+        return dict(translated(result), alignment=result.onmt_attention)  # (as OpenNMT-tf gathers it)
 
     archive = keras.export.ExportArchive()
     archive.track(model)

@@ -39,6 +39,8 @@ def translate_options(options):
         # (0: the whole distribution, as here; seeded by `translate_file`)
         sampling_topk=int(options.sampling_topk),
         sampling_temperature=float(options.sampling_temperature),
+        # (CTranslate2 replaces with the source token its own alignment head attends most)
+        replace_unknowns=bool(options.replace_unknown_target),
         max_input_length=0,
         return_scores=True,
     )
@@ -84,12 +86,16 @@ def _read_vocabulary(path, side):
     raise MissingFileError(f"--ctranslate2 {path}: no {side} vocabulary file")
 
 
-def translate_file(translator, assets, inference_input, options, progress=True, unk_token=UNK_TOKEN):
-    """-> list (file order) of lists (n_best) of (detokenized text, log_prob), like
+def translate_file(translator, assets, inference_input, options, progress=True, unk_token=UNK_TOKEN,
+                   alignments=None):
+    """-> list (file order) of lists (n_best) of (detokenized text, log_prob[, alignment]), like
     inference.translate.translate_file, decoding with `translator` in the same batches.
-    `unk_token`: the model's unknown token (`unknown_token(path)`)."""
+    `unk_token`: the model's unknown token (`unknown_token(path)`). With `alignments`, CTranslate2's
+    attention [target tokens, source tokens] (its source width is the sentence's own)."""
+    import numpy as np
+
     data = inference_input
-    arguments = translate_options(options)
+    arguments = dict(translate_options(options), return_attention=bool(alignments))
     if options.sampling_topk != 1:
         import ctranslate2
 
@@ -104,12 +110,15 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
         for index, source, output in zip(indices, sources, outputs):
             hypotheses = [_known(tokens, unk_token) for tokens in output.hypotheses]
             scores = output.scores
-            if arguments["length_penalty"] != 0:
+            if arguments["length_penalty"] != 0 or arguments["coverage_penalty"] != 0:
                 # CTranslate2 then returns penalized scores: rescore for the plain log-probability.
                 scores = [sum(r.log_probs) for r in translator.score_batch(
                     [source] * len(hypotheses), hypotheses, max_input_length=0)]
-            results[int(index)] = [(assets.target_tokenizer.detokenize(tokens), float(score))
-                                   for tokens, score in zip(hypotheses, scores)]
+            attention = output.attention if alignments else [None] * len(hypotheses)
+            results[int(index)] = [
+                (assets.target_tokenizer.detokenize(tokens), float(score))
+                + ((np.asarray(vectors, np.float32).reshape(len(vectors), -1),) if alignments else ())
+                for tokens, score, vectors in zip(hypotheses, scores, attention)]
     return results
 
 

@@ -66,7 +66,11 @@ The result is a `DecodingResult`: `ids` [batch, n_best, time] int32 without `</s
 before `</s>`); `log_probs` [batch, n_best] float32, the cumulative log-probability including
 `</s>` that OpenNMT-tf prints with `with_scores`; `attention` [batch, n_best, time, src_time]
 float32 when requested (the alignment vector that produced each returned token; zeros after
-the end), else None.
+the end), else None; `onmt_attention`, the same shape, is the alignment OpenNMT-tf 2.32 prints
+(`with_alignments`) and replaces unknown targets with: in beam search its gather of the
+attention history (`_gather_tree_from_array`) starts from the step of the sentence's longest
+hypothesis without `</s>` and takes, at each step, the attention of the row in the hypothesis'
+slot after that step rather than of its parent row; identical to `attention` in greedy search.
 """
 
 import dataclasses
@@ -88,6 +92,7 @@ class DecodingResult(typing.NamedTuple):
     lengths: tf.Tensor
     log_probs: tf.Tensor
     attention: typing.Optional[tf.Tensor] = None
+    onmt_attention: typing.Optional[tf.Tensor] = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +116,8 @@ class DecodingOptions:
     sampling_topk: int = 1
     sampling_temperature: float = 1.0
     seed: int = 0
+    # Applied to the decoded tokens (inference/translate.py), from the decoder's alignment:
+    replace_unknown_target: bool = False
 
     def __post_init__(self):
         beam_width, n_best = self.beam_width, self.n_best
@@ -206,6 +213,10 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
     }
     if keep_attention:
         loop["attention"] = tf.zeros([rows, 0, source_time], tf.float32)
+        # Each step's attention by row, as computed (not reordered), and each step's parents:
+        # what OpenNMT-tf's alignment is gathered from (see _onmt_attention).
+        loop["step_attention"] = tf.zeros([rows, 0, source_time], tf.float32)
+        loop["parents"] = tf.zeros([rows, 0], tf.int32)
     if coverage_penalty:
         loop["coverage"] = tf.zeros([rows, source_time], tf.float32)  # accumulated attention
     if options.sampling_topk != 1:
@@ -271,6 +282,8 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
         if keep_attention:
             attention = tf.cast(attention, tf.float32)[:, tf.newaxis, :]
             new_loop["attention"] = tf.gather(tf.concat([loop["attention"], attention], 1), parents)
+            new_loop["step_attention"] = tf.concat([loop["step_attention"], attention], 1)
+            new_loop["parents"] = tf.concat([loop["parents"], parents[:, tf.newaxis]], 1)
         return (new_loop,)
 
     (loop,) = tf.while_loop(
@@ -281,6 +294,8 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
             dict(
                 tf.nest.map_structure(_growing_shape, loop),
                 history=tf.TensorShape([loop["history"].shape[0], None]),
+                **({"parents": tf.TensorShape([loop["parents"].shape[0], None])}
+                   if "parents" in loop else {}),
             ),
         ),
         maximum_iterations=options.maximum_decoding_length,
@@ -361,4 +376,39 @@ def _finalize(loop, batch_size, beam_width, n_best):
         attention = tf.reshape(loop["attention"], [batch_size, beam_width, steps, source_time])
         attention = attention[:, :n_best, :time]
         attention = attention * tf.cast(inside, tf.float32)[..., tf.newaxis]
+        onmt_attention = _onmt_attention(loop, batch_size, beam_width, n_best)[:, :, :time]
+        onmt_attention = onmt_attention * tf.cast(inside, tf.float32)[..., tf.newaxis]
+        return DecodingResult(ids, lengths, log_probs, attention, onmt_attention)
     return DecodingResult(ids=ids, lengths=lengths, log_probs=log_probs, attention=attention)
+
+
+def _onmt_attention(loop, batch_size, beam_width, n_best):
+    """OpenNMT-tf's alignment history of the first n_best slots, [batch, n_best, steps, src].
+
+    Its beam search gathers the per-step attention with the beam slots that gather_tree traces
+    back from step L - 1, L being the longest hypothesis of the sentence counted without
+    `</s>`: s_{L-1} = the returned slot, s_{t-1} = parent of s_t at step t, and the attention
+    of step t is taken from row s_t (the row computed at step t in that slot, which is not the
+    row that produced the hypothesis' token when beams moved). Steps from L on keep the slot.
+    """
+    step_attention, parents = loop["step_attention"], loop["parents"]
+    steps = tf.shape(parents)[1]
+    tokens = tf.reshape(loop["history"], [batch_size, beam_width, steps])
+    ended = tf.cumsum(tf.cast(tf.equal(tokens, END_ID), tf.int32), axis=-1) > 0
+    longest = tf.reduce_max(tf.reduce_sum(tf.cast(tf.logical_not(ended), tf.int32), -1), axis=1)
+    start = tf.repeat(longest - 1, n_best)  # [batch * n_best]
+    returned = tf.reshape(tf.range(batch_size)[:, tf.newaxis] * beam_width + tf.range(n_best), [-1])
+
+    def previous_slot(slot, step):  # the slot after step - 1, from the slot after `step`
+        return tf.where(step <= start, tf.gather(parents[:, step], slot), slot)
+
+    def gather():
+        earlier = tf.scan(previous_slot, tf.range(steps - 1, -1, -1), initializer=returned)
+        slots = tf.concat([returned[tf.newaxis], earlier], 0)[:steps][::-1]  # [steps, k]
+        by_step = tf.transpose(step_attention, [1, 0, 2])  # [steps, rows, src]
+        return tf.transpose(tf.gather(by_step, slots, axis=1, batch_dims=1), [1, 0, 2])
+
+    shape = [batch_size, n_best, steps, tf.shape(step_attention)[2]]
+    # (no step: nothing to trace, and an empty scan cannot stack its unknown-shaped results)
+    gathered = tf.cond(steps > 0, gather, lambda: tf.zeros([0, 0, shape[3]], tf.float32))
+    return tf.reshape(gathered, shape)

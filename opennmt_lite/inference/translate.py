@@ -3,7 +3,12 @@
 Output, one line per source line in file order (n_best lines per source with infer.n_best > 1):
 the hypothesis detokenized by the target SentencePiece model when one is configured, else its
 tokens joined by spaces; with `with_scores`, `SCORE ||| hypothesis` (SCORE = the cumulative
-log-probability OpenNMT-tf prints). Unknown target ids are written `<unk>`.
+log-probability OpenNMT-tf prints); with `infer.with_alignments`, then ` ||| ` and the alignment
+of each target token (the attention of the decoder's alignment head, as OpenNMT-tf prints it):
+`hard`, `SOURCE-TARGET` pairs (the most attended source position of each target position);
+`soft`, each target position's attention vector over the batch's source positions (`%.6f`
+values, target positions separated by ` ; `). Unknown target ids are written `<unk>`, or with
+`params.replace_unknown_target` replaced by the most attended source token (OpenNMT-tf's rule).
 """
 
 import logging
@@ -22,8 +27,9 @@ logger = logging.getLogger("opennmt_lite")
 MEMORY_ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
 
 
-def translate_file(model, assets, inference_input, options, progress=True):
-    """-> list (file order) of lists (n_best) of (detokenized text, log_prob).
+def translate_file(model, assets, inference_input, options, progress=True, alignments=None):
+    """-> list (file order) of lists (n_best) of (detokenized text, log_prob), or with
+    `alignments` ("hard" or "soft") of (text, log_prob, alignment [target tokens, source]).
 
     `inference_input`: a built InferenceInput; `options`: a DecodingOptions (build.decoding_options).
     A batch that does not fit in memory is translated line by line; a line that does not fit
@@ -31,7 +37,9 @@ def translate_file(model, assets, inference_input, options, progress=True):
     file is translated (as OpenNMT-tf translates every line, a file is never lost to one line).
     """
     data = inference_input
-    decode = translation_function(model, options)
+    replace_unknown = options.replace_unknown_target
+    decode = translation_function(model, options, return_attention=bool(alignments or replace_unknown))
+    vocabulary = assets.target_vocabulary
     results = [None] * len(data.corpus)
     batches = data.numpy_batches()
     if progress:
@@ -41,17 +49,27 @@ def translate_file(model, assets, inference_input, options, progress=True):
     for batch in batches:
         for rows, output in _decode_batch(decode, batch, failed):
             ids, lengths, scores = (output.ids.numpy(), output.lengths.numpy(), output.log_probs.numpy())
+            # (OpenNMT-tf's alignment: what it prints and replaces unknown targets with)
+            attention = None if output.onmt_attention is None else output.onmt_attention.numpy()
             for row, index in enumerate(batch["index"][rows]):
                 hypotheses = []
                 for k in range(ids.shape[1]):
-                    tokens = assets.target_vocabulary.to_tokens(ids[row, k, : lengths[row, k]])
-                    hypotheses.append((assets.target_tokenizer.detokenize(tokens), float(scores[row, k])))
+                    hypothesis = ids[row, k, : lengths[row, k]]
+                    tokens = vocabulary.to_tokens(hypothesis)
+                    alignment = None if attention is None else attention[row, k, : len(hypothesis)]
+                    if replace_unknown:
+                        tokens = replace_unknown_tokens(
+                            tokens, hypothesis == vocabulary.oov_id, data.corpus.tokens[int(index)],
+                            alignment)
+                    text = assets.target_tokenizer.detokenize(tokens)
+                    hypotheses.append((text, float(scores[row, k]))
+                                      + ((alignment,) if alignments else ()))
                 results[int(index)] = hypotheses
     n_best = options.n_best
     for index in failed:
         logger.error("line %d (%d tokens) could not be translated: not enough memory; its output "
                      "is empty", index + 1, int(data.corpus.source_lengths[index]))
-        results[index] = [("", float("-inf"))] * n_best
+        results[index] = [("", float("-inf")) + ((np.zeros([0, 0]),) if alignments else ())] * n_best
     if failed:
         logger.error("%d line(s) of %d could not be translated (lower infer.maximum_features_length "
                      "or infer.batch_size)", len(failed), len(results))
@@ -79,7 +97,29 @@ def _decode_batch(decode, batch, failed):
     return outputs
 
 
-def format_lines(results, with_scores):
+def replace_unknown_tokens(tokens, unknown, source_tokens, alignment):
+    """`tokens` with each one flagged in `unknown` replaced by the source token its alignment
+    row attends most, among the source's real positions (OpenNMT-tf's replace_unknown_target)."""
+    source_length = len(source_tokens)
+    tokens = list(tokens)
+    for position in np.flatnonzero(unknown):
+        if source_length:
+            tokens[position] = source_tokens[int(np.argmax(alignment[position, :source_length]))]
+    return tokens
+
+
+def format_alignment(alignment, kind):
+    """OpenNMT-tf's `hard` (`source-target` pairs) or `soft` (vectors) alignment text of an
+    alignment [target tokens, source]."""
+    if kind == "hard":
+        return " ".join(f"{source}-{target}"
+                        for target, source in enumerate(np.argmax(alignment, axis=-1)))
+    return " ; ".join(" ".join(f"{value:.6f}" for value in vector) for vector in alignment)
+
+
+def format_lines(results, with_scores, alignments=None):
+    """The output lines of `translate_file`'s results: [SCORE ||| ]text[ ||| alignment]."""
     for hypotheses in results:
-        for text, score in hypotheses:
-            yield f"{score:f} ||| {text}" if with_scores else text
+        for text, score, *alignment in hypotheses:
+            line = f"{score:f} ||| {text}" if with_scores else text
+            yield f"{line} ||| {format_alignment(alignment[0], alignments)}" if alignments else line
