@@ -67,7 +67,8 @@ class Staging:
 
     def discard(self):
         for temporary, _, _ in self._pairs:
-            _remove(temporary)
+            with contextlib.suppress(OSError):  # (on a read-only file system, nothing to undo)
+                _remove(temporary)
         self._pairs = []
 
     def __enter__(self):
@@ -75,7 +76,11 @@ class Staging:
 
     def __exit__(self, error_type, error, traceback):
         if error_type is None:
-            self.commit()
+            try:
+                self.commit()
+            except BaseException:  # e.g. no space left for the sync: no temporary file left
+                self.discard()
+                raise
         else:
             self.discard()
 

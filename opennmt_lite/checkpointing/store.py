@@ -14,6 +14,7 @@ good checkpoint while keeping a bad one.
 in a Python list can be missed.
 """
 
+import contextlib
 import logging
 import os
 import re
@@ -23,7 +24,9 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import named_trainable, named_variables, nested, optimizer_state
-from opennmt_lite.errors import UserError
+from opennmt_lite.errors import OutputError, UserError
+from opennmt_lite.files import atomic_write
+from opennmt_lite.outputs import describe
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -40,6 +43,11 @@ class CheckpointError(UserError, ValueError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """No checkpoint where one was asked for."""
+
+
+class CheckpointWriteError(OutputError):
+    """A checkpoint could not be written (a full disk, a read-only directory...); the message
+    names it, the OS error, and the checkpoint kept."""
 
 
 def checkpoint_directory(model_dir):
@@ -262,25 +270,56 @@ class Checkpoint:
         return assign(prefix, model_variables)
 
     def save(self, step):
-        """Writes `ckpt-<step>` to save_dir, then the `checkpoint` state file, then deletes the
-        checkpoints older than the newest `max_to_keep` readable ones. Returns the prefix."""
-        os.makedirs(self.save_dir, exist_ok=True)
-        _remove_leftovers(self.save_dir)
+        """Writes `ckpt-<step>` to save_dir and reads it back in full, then replaces the
+        `checkpoint` state file, then deletes the checkpoints older than the newest `max_to_keep`
+        readable ones: nothing is deleted before the new checkpoint is complete and verified.
+        A failed write (no space left, file too large, read-only directory...) removes what it
+        left of the new checkpoint and raises CheckpointWriteError, every older checkpoint
+        untouched. Returns the prefix."""
         prefix = os.path.join(self.save_dir, f"ckpt-{int(step)}")
-        self._checkpoint.save_counter.assign_add(1)
-        self._checkpoint.write(prefix)
+        try:
+            os.makedirs(self.save_dir, exist_ok=True)
+            _remove_leftovers(self.save_dir)
+            self._checkpoint.save_counter.assign_add(1)
+            self._checkpoint.write(prefix)
+            reason = damage(prefix)
+        except (OSError, tf.errors.OpError) as error:
+            self._discard(prefix)
+            raise CheckpointWriteError(self._failure(prefix, describe(error))) from None
+        if reason is not None:  # written without an error, yet not readable back
+            self._discard(prefix)
+            raise CheckpointWriteError(self._failure(prefix, reason))
         # Rotation counts only readable checkpoints (index and every data file present: reading
-        # all the data back at each save would cost too much; the damaged checkpoints a restore
-        # found were moved away). Once `max_to_keep` of them exist, everything older goes.
-        everything = candidates(self.save_dir)
-        readable = [p for p in everything if damage(p, read_data=False) is None]
-        kept = readable[: self.max_to_keep] if self.max_to_keep else readable
-        _write_state_file(self.save_dir, prefix, kept)
-        if self.max_to_keep and len(kept) == self.max_to_keep:
-            for old in everything[everything.index(kept[-1]) + 1:]:
-                _remove(old)
+        # all the older ones back at each save would cost too much; the damaged checkpoints a
+        # restore found were moved away). Once `max_to_keep` of them exist, everything older goes.
+        try:
+            everything = candidates(self.save_dir)
+            readable = [p for p in everything if damage(p, read_data=False) is None]
+            kept = readable[: self.max_to_keep] if self.max_to_keep else readable
+            _write_state_file(self.save_dir, prefix, kept)
+            if self.max_to_keep and len(kept) == self.max_to_keep:
+                for old in everything[everything.index(kept[-1]) + 1:]:
+                    _remove(old)
+        except OSError as error:  # the new checkpoint is complete: it is the one to resume from
+            self.latest = prefix
+            raise CheckpointWriteError(
+                f"checkpoint {prefix} was saved, but updating {self.save_dir} after it failed: "
+                f"{describe(error)} (the next run resumes from {prefix})") from None
         self.latest = prefix
         return prefix
+
+    def _failure(self, prefix, reason):
+        kept = (f"the newest checkpoint, {self.latest}, is intact" if self.latest
+                else "the checkpoints saved before are intact")
+        return (f"saving checkpoint {prefix} failed: {reason}; {kept} (once the disk has room, "
+                "the same command resumes from it)")
+
+    def _discard(self, prefix):
+        # What the failed write left: this step's files and TensorFlow's temporary folder.
+        self._checkpoint.save_counter.assign_add(-1)
+        with contextlib.suppress(OSError):
+            _remove(prefix)
+        shutil.rmtree(prefix + "_temp", ignore_errors=True)
 
 
 def _files(prefix):
@@ -322,10 +361,8 @@ def _write_state_file(directory, prefix, kept):
     restore does not read it), replaced atomically. Names are relative, as TensorFlow writes."""
     lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
     lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in reversed(kept)]
-    temporary = os.path.join(directory, "checkpoint.tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
+    with atomic_write(os.path.join(directory, "checkpoint"), suffix=".tmp", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    os.replace(temporary, os.path.join(directory, "checkpoint"))
 
 
 # -- averaging -------------------------------------------------------------------------------

@@ -37,24 +37,6 @@ positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
 
 
-def check_output_file(path, option):
-    """Fails now, before any work, if the file `path` (given with `option`) cannot be written:
-    its parent directory is created if needed. Raises OutputError (a user error)."""
-    import os
-
-    from opennmt_lite.errors import OutputError
-
-    if os.path.isdir(path):
-        raise OutputError(f"{option} {path} is a directory")
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:
-        raise OutputError(f"{option} {path}: cannot create its directory ({error.strerror or error})") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: its directory is not writable")
-
-
 def add_checkpoint_argument(parser):
     parser.add_argument("--checkpoint", help="checkpoint prefix or directory (default: the latest "
                         "of model_dir, opennmt-lite's or OpenNMT-tf's)")

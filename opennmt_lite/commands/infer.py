@@ -2,7 +2,7 @@
 
 import logging
 
-from opennmt_lite.commands import add_checkpoint_argument, check_output_file, positive_int
+from opennmt_lite.commands import add_checkpoint_argument, positive_int
 from opennmt_lite.errors import ArgumentError
 
 HELP = "translate a file"
@@ -25,9 +25,10 @@ def run(args, config):
     from opennmt_lite import build
     from opennmt_lite.files import write_lines
     from opennmt_lite.inference.translate import format_lines, translate_file
+    from opennmt_lite.outputs import check_file, writing
 
     if args.predictions_file:
-        check_output_file(args.predictions_file, "--predictions_file")
+        check_file(args.predictions_file, "--predictions_file")
     options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best)
     if args.ctranslate2:
         results = _translate_ctranslate2(args, config, options)
@@ -36,7 +37,8 @@ def run(args, config):
         data = build.inference_input(args.features_file, config.infer, assets)
         results = translate_file(model, assets, data, options)
     with_scores = config.infer.with_scores if args.with_scores is None else args.with_scores
-    write_lines(format_lines(results, with_scores), args.predictions_file)
+    with writing(f"--predictions_file {args.predictions_file}" if args.predictions_file else "standard output"):
+        write_lines(format_lines(results, with_scores), args.predictions_file)
     if args.predictions_file:
         logger.info("wrote %d translations to %s", len(results), args.predictions_file)
     return results
