@@ -25,6 +25,7 @@ Every refusal and failure is an OutputError (a user error: `error: <message>`, e
 import contextlib
 import errno
 import os
+import re
 import shutil
 import tempfile
 
@@ -39,6 +40,7 @@ def describe(error):
         name = errno.errorcode.get(error.errno, str(error.errno))
         return f"{error.strerror or os.strerror(error.errno)} ({name})"
     text = str(getattr(error, "message", "") or error).strip()
+    text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", text)  # (TensorFlow's op wrapper)
     return text.splitlines()[0] if text else type(error).__name__
 
 

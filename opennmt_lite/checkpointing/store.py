@@ -308,11 +308,10 @@ class Checkpoint:
         self.latest = prefix
         return prefix
 
-    def _failure(self, prefix, reason):
-        kept = (f"the newest checkpoint, {self.latest}, is intact" if self.latest
-                else "the checkpoints saved before are intact")
-        return (f"saving checkpoint {prefix} failed: {reason}; {kept} (once the disk has room, "
-                "the same command resumes from it)")
+    @staticmethod
+    def _failure(prefix, reason):
+        return (f"saving checkpoint {prefix} failed: {reason} (nothing of it is left; the "
+                "checkpoints saved before are untouched)")
 
     def _discard(self, prefix):
         # What the failed write left: this step's files and TensorFlow's temporary folder.
