@@ -390,10 +390,15 @@ def _strip_paths(model_path, prefix_name, final_path):
         proto.ParseFromString(data)
     except DecodeError:  # SentencePiece does not report a failed write: a cut file shows here
         raise _not_whole(final_path) from None
+    if not proto.pieces:  # (cut before its first piece: an empty file parses)
+        raise _not_whole(final_path)
     spec = proto.trainer_spec
     inputs = [os.path.basename(path) for path in spec.input]
     del spec.input[:]
     spec.input.extend(inputs)
     spec.model_prefix = prefix_name
-    with open(model_path, "wb") as stream:
-        stream.write(proto.SerializeToString())
+    try:
+        with open(model_path, "wb") as stream:
+            stream.write(proto.SerializeToString())
+    except OSError as error:  # (a failed write names no file)
+        raise OSError(error.errno, error.strerror, final_path) from None
