@@ -33,6 +33,7 @@ class ConfigError(UserError, ValueError):
 
 
 REQUIRED = object()
+LARGEST_INT = 2**31 - 1  # the largest integer a config value or command-line number may be
 
 
 @dataclasses.dataclass(frozen=True)
@@ -370,6 +371,8 @@ def _check(value, leaf, where):
     elif kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if abs(value) > LARGEST_INT:  # (sizes, steps and lengths reach TensorFlow as int32)
+            raise ConfigError(f"{where} must be at most {LARGEST_INT}, got {value}")
     elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")

@@ -29,8 +29,11 @@ from opennmt_lite.commands import COMMANDS
 from opennmt_lite.config import SCHEMA, build_config, load_config
 from opennmt_lite.errors import UserError
 
-SEED = 28
-CASES_PER_OPTION = 1  # commands run for real per option (the parser's refusals: all of them)
+# bench/hostile_battery.py sets these higher (the environment variables below).
+SEED = int(os.environ.get("HOSTILE_SEED", 28))
+CASES_PER_OPTION = int(os.environ.get("HOSTILE_CASES_PER_OPTION", 1))  # commands run for real
+# per option (the parser's refusals: all of them)
+RANDOM_VALUES = int(os.environ.get("HOSTILE_RANDOM_VALUES", 1))  # random values per key, option
 TIME_LIMIT = 60  # seconds per case: past it, a hang
 
 
@@ -59,8 +62,10 @@ def hostile_values(kind, rng, directory):
         "dict": [{"unknown": float("nan")}, ["x"], 3],
         "list": [[None], [float("nan")], "bleu,bleu", 3],
     }
-    extra = [rng.randint(-(2**70), 2**70), rng.uniform(-1e6, 1e6),
-             "".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 40)))]
+    extra = []
+    for _ in range(RANDOM_VALUES):
+        extra += [rng.randint(-(2**70), 2**70), rng.uniform(-1e6, 1e6),
+                  "".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 40)))]
     return common + by_kind[kind] + extra
 
 
@@ -141,7 +146,8 @@ def parsers():
         module = importlib.import_module(f"opennmt_lite.commands.{module_name}")
         parser = argparse.ArgumentParser(prog=f"run.py {name}")
         parser.add_argument("--config", nargs="+")
-        parser.add_argument("--log_level")
+        parser.add_argument("--log_level", default="INFO", type=str.upper,
+                            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
         module.add_arguments(parser)
         found[name] = parser
     return found
@@ -154,7 +160,9 @@ def option_values(action, directory, rng):
     values = ["", "0", "-1", "nan", "inf", "9" * 400, "x" * 5000, "caf\udce9", "--",
               "/no/such/file", str(directory), str(directory / "a_file" / "under"),
               str(directory / "bad_utf8.txt"), str(directory / "empty.txt")]
-    values.append("".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 30))))
+    for _ in range(RANDOM_VALUES):
+        values.append("".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 30))))
+        values.append(str(rng.randint(-(2**40), 2**40)))
     return values
 
 

@@ -3,6 +3,8 @@ config)`; `config` is the loaded `Config` (None for commands that take no --conf
 
 import argparse
 
+from opennmt_lite.config import LARGEST_INT
+
 # Command name (as typed) -> module name, in the order `run.py --help` lists them.
 COMMANDS = {
     "build-vocab": "build_vocab",
@@ -28,6 +30,8 @@ def int_at_least(minimum):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > LARGEST_INT:  # (TensorFlow's int32)
+            raise argparse.ArgumentTypeError(f"must be at most {LARGEST_INT}, got {value}")
         return value
 
     return parse
