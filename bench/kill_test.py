@@ -47,8 +47,12 @@ def parse_args(argv=None):
     parser.add_argument("--timeout", type=float, default=600, help="seconds per process")
     parser.add_argument("--full_disk_every", type=int, default=0,
                         help="every Nth resume runs with a file-size limit just under a "
-                        "checkpoint's size, so that its next save fails (default 0: never)")
-    return parser.parse_args(argv)
+                        "checkpoint's size, so that its next save fails (default 0: never; 1 "
+                        "would never get past a save)")
+    args = parser.parse_args(argv)
+    if args.full_disk_every == 1:
+        parser.error("--full_disk_every 1: no resume would get past a save; give 0 or at least 2")
+    return args
 
 
 # -- the training run ----------------------------------------------------------------------------
