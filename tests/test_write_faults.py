@@ -547,3 +547,25 @@ def test_build_vocab_cut_at_each_byte_count(limited):
         names_os_error(line, *EFBIG, "only in part (no space left or a file-size limit?)")
         assert checksums(context["output"]) == context["before"], limit
         assert not leftovers(context["output"]), limit
+
+
+def test_a_checkpoint_written_again_is_kept_until_its_replacement_is_verified(project, saver, tmp_path,
+                                                                              monkeypatch):
+    """average_checkpoints --force into its own output writes the same step again: when that
+    write fails, the checkpoint there before is put back whole."""
+    folder = fresh_checkpoints(project, saver, tmp_path)
+    before = checksums(folder)
+    import tensorflow as tf
+
+    real_write = saver._checkpoint.write
+
+    def failing_write(prefix):
+        real_write(prefix)  # the new files written over the names of the old ones...
+        raise tf.errors.ResourceExhaustedError(None, None, f"{prefix}: No space left on device")
+
+    monkeypatch.setattr(saver._checkpoint, "write", failing_write)
+    with pytest.raises(OutputError, match="ckpt-4 failed: .*No space left on device"):
+        saver.save(4)
+    monkeypatch.undo()
+    assert checksums(folder) == before and not [n for n in os.listdir(folder) if n.endswith(".replaced")]
+    assert store.latest(os.path.dirname(folder)) == os.path.join(folder, "ckpt-4")

@@ -35,6 +35,7 @@ SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 FILE_PATTERN = re.compile(r"^(.+-(\d+))\.(index|data-\d+-of-\d+)$")
 # What a killed save leaves: TensorFlow's `<prefix>_temp/` folder and our state file's temp.
 LEFTOVER_PATTERN = re.compile(r"^(.+-\d+_temp|checkpoint\.tmp.*)$")
+REPLACED = ".replaced"  # a checkpoint's file set aside while the same step is written again
 
 
 class CheckpointError(UserError, ValueError):
@@ -280,15 +281,25 @@ class Checkpoint:
         try:
             os.makedirs(self.save_dir, exist_ok=True)
             _remove_leftovers(self.save_dir)
-            self._checkpoint.save_counter.assign_add(1)
+            # A checkpoint of this step already there (an average written again with --force)
+            # is set aside until the new one is verified, and put back if it is not.
+            replaced = _set_aside(prefix)
+        except OSError as error:
+            _put_back(prefix)
+            raise CheckpointWriteError(self._failure(prefix, describe(error))) from None
+        self._checkpoint.save_counter.assign_add(1)
+        try:
             self._checkpoint.write(prefix)
             reason = damage(prefix)
         except (OSError, tf.errors.OpError) as error:
+            reason = describe(error)
+        if reason is not None:  # (also: written without an error, yet not readable back)
             self._discard(prefix)
-            raise CheckpointWriteError(self._failure(prefix, describe(error))) from None
-        if reason is not None:  # written without an error, yet not readable back
-            self._discard(prefix)
+            _put_back(prefix)
             raise CheckpointWriteError(self._failure(prefix, reason))
+        for path in replaced:
+            with contextlib.suppress(OSError):
+                os.remove(path)
         # Rotation counts only readable checkpoints (index and every data file present: reading
         # all the older ones back at each save would cost too much; the damaged checkpoints a
         # restore found were moved away). Once `max_to_keep` of them exist, everything older goes.
@@ -324,7 +335,26 @@ class Checkpoint:
 def _files(prefix):
     directory, base = os.path.split(prefix)
     return [os.path.join(directory, name) for name in os.listdir(directory or ".")
-            if name == base + ".index" or name.startswith(base + ".data-")]
+            if (name == base + ".index" or name.startswith(base + ".data-"))
+            and not name.endswith(REPLACED)]
+
+
+def _set_aside(prefix):
+    """Renames the files of checkpoint `prefix` to `<file>.replaced`; returns the new names."""
+    moved = []
+    for path in _files(prefix):
+        os.replace(path, path + REPLACED)
+        moved.append(path + REPLACED)
+    return moved
+
+
+def _put_back(prefix):
+    """Undoes _set_aside (nothing to do if it set nothing aside)."""
+    directory, base = os.path.split(prefix)
+    for name in os.listdir(directory or "."):
+        if name.startswith(base + ".") and name.endswith(REPLACED):
+            with contextlib.suppress(OSError):
+                os.replace(os.path.join(directory, name), os.path.join(directory, name[: -len(REPLACED)]))
 
 
 def _remove(prefix):
@@ -344,8 +374,17 @@ def _quarantine(prefixes):
 
 
 def _remove_leftovers(directory):
-    """Deletes what killed saves left: TensorFlow's `ckpt-N_temp/` folders, state file temps."""
+    """Deletes what killed saves left: TensorFlow's `ckpt-N_temp/` folders, state file temps;
+    puts back a checkpoint set aside by a save killed before its replacement was complete."""
     for name in os.listdir(directory):
+        if name.endswith(REPLACED):
+            path, original = os.path.join(directory, name), os.path.join(directory, name[: -len(REPLACED)])
+            prefix = FILE_PATTERN.match(name[: -len(REPLACED)])
+            if prefix and damage(os.path.join(directory, prefix.group(1)), read_data=False) is None:
+                os.remove(path)  # (the replacement is complete)
+            else:
+                os.replace(path, original)
+            continue
         if LEFTOVER_PATTERN.match(name):
             path = os.path.join(directory, name)
             logger.info("removing %s, left by an interrupted save", path)
