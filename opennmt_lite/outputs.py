@@ -123,15 +123,24 @@ def check_model_dir(path, option="model_dir"):
     return path
 
 
+# The OS errors of a write that fails for want of room or permission (others, such as a file
+# not found, are not turned into "cannot write").
+WRITE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM,
+                errno.EIO, errno.ENOTDIR, errno.EISDIR}
+
+
 @contextlib.contextmanager
 def writing(what, also=()):
-    """Turns an OSError (or one of the types in `also`, e.g. TensorFlow's OpError) raised in the
-    block into an OutputError: `<what>: cannot write <file>: <error>`. User errors pass."""
+    """Turns an OSError of a failed write (WRITE_ERRORS), or one of the types in `also` (e.g.
+    TensorFlow's OpError around a SavedModel's writing), raised in the block into an
+    OutputError: `<what>: cannot write <file>: <error>`. User errors and others pass."""
     try:
         yield
     except UserError:
         raise
     except (OSError, *also) as error:
+        if isinstance(error, OSError) and error.errno not in WRITE_ERRORS:
+            raise
         where = getattr(error, "filename", None)
         where = f" {where}" if where else ""
         raise OutputError(f"{what}: cannot write{where}: {describe(error)}") from None

@@ -31,8 +31,6 @@ def missing_vocabulary(data):
 
 
 def run(args, config):
-    import tensorflow as tf
-
     from opennmt_lite import build
     from opennmt_lite.outputs import writing
     from opennmt_lite.training.distribute import is_chief_task
@@ -47,7 +45,7 @@ def run(args, config):
             build_vocab.run(args, config)
         trainer = build.trainer(config)
         try:
-            with writing(f"model_dir {config.model_dir}", also=(tf.errors.OpError,)):
+            with writing(f"model_dir {config.model_dir}"):  # (its logs; checkpoints: their own)
                 summary = trainer.run()
         except KeyboardInterrupt:  # a second Ctrl-C (see trainer.StopRequest)
             raise Interrupted(signal.SIGINT, (
