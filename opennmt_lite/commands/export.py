@@ -1,10 +1,13 @@
 """`run.py export`: a TensorFlow SavedModel (see opennmt_lite.export.saved_model), or with
 `--format ctranslate2` a CTranslate2 model (see opennmt_lite.export.ctranslate2)."""
 
+import logging
+
 from opennmt_lite.commands import add_checkpoint_argument
 from opennmt_lite.errors import ArgumentError
 
 HELP = "write a TensorFlow SavedModel or a CTranslate2 model"
+logger = logging.getLogger("opennmt_lite")
 # CTranslate2 weight types (opennmt_lite.export.ctranslate2.QUANTIZATIONS; not imported here so
 # that `run.py --help` does not need CTranslate2).
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
@@ -39,6 +42,7 @@ def run(args, config):
         with writing(f"--output {args.output}", also=(tf.errors.OpError,)):
             export_model(model, assets, options, config.data, staging,
                          maximum_source_length=config.infer.maximum_features_length)
+    logger.info("moved the SavedModel into %s", args.output)  # (the log above names the staging)
     return args.output
 
 
