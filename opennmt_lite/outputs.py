@@ -52,6 +52,13 @@ def _blocking_file(path):
     return None if os.path.isdir(parent) else parent
 
 
+def _named(path, option):
+    path = os.fspath(path)
+    if not path.strip():
+        raise OutputError(f"{option}: an empty path names no output")
+    return path
+
+
 def _try_writing(directory, option, path):
     """OutputError unless a file can be created in the existing `directory`."""
     try:
@@ -83,7 +90,7 @@ def _parent(path, option, create_parents):
 
 def check_file(path, option, create_parents=False):
     """Checks that the output file `path` (named `option` in errors) can be written; returns it."""
-    path = os.fspath(path)
+    path = _named(path, option)
     if os.path.isdir(path):
         raise OutputError(f"{option} {path} is a directory, not a file")
     _try_writing(_parent(path, option, create_parents), option, path)
@@ -94,7 +101,7 @@ def check_directory(path, option, force=False, create_parents=False, force_optio
     """Checks that the output directory `path` can be written: new, empty, or (with `force`)
     holding files the command may write beside or replace. `force_option`: the option that
     allows that, named in the error (None: the command has none). Returns `path`."""
-    path = os.fspath(path)
+    path = _named(path, option)
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{option} {path} is a file, not a directory")
     if os.path.isdir(path):
@@ -111,7 +118,7 @@ def check_directory(path, option, force=False, create_parents=False, force_optio
 def check_model_dir(path, option="model_dir"):
     """Creates training's model_dir (and its parents) if needed and checks it can be written;
     it may hold a run to resume. Returns `path`."""
-    path = os.fspath(path)
+    path = _named(path, option)
     if os.path.exists(path) and not os.path.isdir(path):
         raise OutputError(f"{option} {path} is a file, not a directory")
     _parent(path, option, create_parents=True)

@@ -571,3 +571,9 @@ def test_a_checkpoint_written_again_is_kept_until_its_replacement_is_verified(pr
     monkeypatch.undo()
     assert checksums(folder) == before and not [n for n in os.listdir(folder) if n.endswith(".replaced")]
     assert store.latest(os.path.dirname(folder)) == os.path.join(folder, "ckpt-4")
+
+
+def test_an_empty_path_names_no_output():
+    for check in (outputs.check_file, outputs.check_directory, outputs.check_model_dir):
+        with pytest.raises(OutputError, match="^--out: an empty path names no output$"):
+            check("", "--out")
