@@ -5,11 +5,16 @@ checkpoint.
 
     python bench/kill_test.py                    # 20 kills
     python bench/kill_test.py --kills 5 --max_step 40 --workdir /tmp/kill_test
+    python bench/kill_test.py --full_disk_every 3  # every 3rd resume on a nearly full disk
 
 After every kill it checks that the checkpoint a resume would use is at least as new as the last
 one the killed run reported saved ("no checkpoint lost"); at the end, that both runs hold the same
 readable checkpoints and the same values of every variable. Not part of the test suite (it takes
 minutes: every resume starts a fresh process); tests/test_interruption.py runs a small version.
+With `--full_disk_every N`, every Nth resume runs on a "nearly full disk": RLIMIT_FSIZE one byte
+under a checkpoint's data file (SIGXFSZ ignored, so a write past it fails with EFBIG), so its next
+save fails; it must then exit with status 2 and one `error: saving checkpoint ...` line, leave
+nothing of that save and lose no checkpoint, and a kill aimed at that save hits it while it fails.
 Prints its figures and writes them to <workdir>/kill_test.json. Exit status 0 when every check
 passes, 1 otherwise.
 """
@@ -40,7 +45,14 @@ def parse_args(argv=None):
     parser.add_argument("--seed", type=int, default=0, help="of the kill moments")
     parser.add_argument("--workdir", default=os.path.join(REPO, "runs", "kill_test"))
     parser.add_argument("--timeout", type=float, default=600, help="seconds per process")
-    return parser.parse_args(argv)
+    parser.add_argument("--full_disk_every", type=int, default=0,
+                        help="every Nth resume runs with a file-size limit just under a "
+                        "checkpoint's size, so that its next save fails (default 0: never; 1 "
+                        "would never get past a save)")
+    args = parser.parse_args(argv)
+    if args.full_disk_every == 1:
+        parser.error("--full_disk_every 1: no resume would get past a save; give 0 or at least 2")
+    return args
 
 
 # -- the training run ----------------------------------------------------------------------------
@@ -89,10 +101,31 @@ def write_config(workdir, name, paths, args):
     return path, config["model_dir"]
 
 
-def start(config, log_path):
+def start(config, log_path, file_size_limit=None):
     log = open(log_path, "a", encoding="utf-8")
+    limit = (lambda: limit_file_size(file_size_limit)) if file_size_limit else None
     return subprocess.Popen(RUN + ["train", "--config", config], env=ENV, stdout=log,
-                            stderr=subprocess.STDOUT), log
+                            stderr=subprocess.STDOUT, preexec_fn=limit), log
+
+
+def limit_file_size(limit):
+    """In the child, before exec: a nearly full disk. A write past `limit` bytes fails with
+    EFBIG (SIGXFSZ ignored: the process is not killed by it, and exec keeps that)."""
+    import resource
+    import signal
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+
+
+def checkpoint_size(model_dir):
+    """The size of the newest checkpoint's largest file (its data)."""
+    from opennmt_lite.checkpointing import store
+
+    prefix = store.latest(model_dir)
+    directory = os.path.dirname(prefix)
+    return max(os.path.getsize(os.path.join(directory, name)) for name in os.listdir(directory)
+               if name.startswith(os.path.basename(prefix) + "."))
 
 
 def reported_steps(model_dir):
@@ -155,6 +188,26 @@ def leftovers(model_dir):
     return found
 
 
+def full_disk_failure(log_path, since, model_dir):
+    """What a run whose save failed on a full disk left: its error line, the checkpoint a
+    resume uses, and the problems (no such line, a traceback, a leftover, a checkpoint lost)."""
+    with open(log_path, encoding="utf-8", errors="replace") as f:
+        f.seek(since)
+        text = f.read()
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    saved = [int(m.group(1)) for m in SAVED.finditer(text)]
+    restored, left = latest_step(model_dir), leftovers(model_dir)
+    problems = []
+    if len(errors) != 1 or "saving checkpoint" not in errors[0] or "Traceback" in text:
+        problems.append(f"a failed save did not end with one error line: {text[-2000:]}")
+    if left:
+        problems.append(f"a failed save left {left}")
+    if saved and (restored is None or restored < max(saved)):
+        problems.append(f"checkpoint lost on a full disk: saved {max(saved)}, resumes from {restored}")
+    return {"error": errors[-1] if errors else None, "restorable_step": restored,
+            "last_logged_save": max(saved) if saved else None, "problems": problems}
+
+
 def final_values(model_dir):
     """{name: value} of every variable of the newest checkpoint, and the readable checkpoint steps
     kept (the save counter differs between the runs: a resumed run saves some steps twice)."""
@@ -195,11 +248,13 @@ def main(argv=None):
     straight_seconds = time.time() - started
 
     log_path = os.path.join(workdir, "killed.log")
-    kills, problems, restarts = [], [], 0
+    kills, problems, restarts, faults = [], [], 0, []
+    full_disk = checkpoint_size(straight_dir) - 1
     finished = False
     while len(kills) < args.kills and not finished:
         since = os.path.getsize(log_path) if os.path.exists(log_path) else 0
-        process, log = start(killed_config, log_path)
+        full = args.full_disk_every > 0 and (restarts + 1) % args.full_disk_every == 0
+        process, log = start(killed_config, log_path, full_disk if full else None)
         restarts += 1
         deadline = time.time() + args.timeout
         first = (reported_steps(killed_dir) or [0])[-1]
@@ -229,13 +284,20 @@ def main(argv=None):
             else:
                 phase = "step"
             kill = {"aim": aim, "phase": phase, "last_reported_step": last, "restorable_step": restored,
-                    "last_logged_save": max(saved) if saved else None, "leftovers": left}
+                    "last_logged_save": max(saved) if saved else None, "leftovers": left,
+                    "full_disk": full}
             kills.append(kill)
             if saved and (restored is None or restored < max(saved)):
                 problems.append(f"checkpoint lost: {kill}")
             print(f"kill {len(kills):2d}: aimed at {aim:4s}, hit {phase:16s} at step {last:4d}; "
                   f"resumes from {restored}{' (left ' + ', '.join(left) + ')' if left else ''}",
                   flush=True)
+        elif full and process.returncode == 2 and latest_step(killed_dir) != args.max_step:
+            log.close()  # its save failed on the nearly full disk: said, nothing lost or left
+            fault = full_disk_failure(log_path, since, killed_dir)
+            faults.append(fault)
+            problems += fault.pop("problems")
+            print(f"full disk: the save failed, exit 2; resumes from {fault['restorable_step']}", flush=True)
         else:
             log.close()
             # (exit status 2 when the run it resumes already reached max_step)
@@ -267,13 +329,15 @@ def main(argv=None):
         "variables_compared": len(straight), "variables_different": len(different),
         "checkpoints_kept": resumed_kept, "uninterrupted_seconds": round(straight_seconds, 1),
         "total_seconds": round(time.time() - began, 1), "problems": problems, "kill_log": kills,
+        "full_disk_failures": len(faults), "full_disk_log": faults,
     }
     with open(os.path.join(workdir, "kill_test.json"), "w", encoding="utf-8") as f:
         json.dump(figures, f, indent=1)
     print(f"{len(kills)} kills ({', '.join(f'{v} during {k}' for k, v in phases.items())}), "
           f"{restarts} processes; at most {figures['steps_lost_per_kill_max']} steps redone after a kill; "
           f"{len(straight)} variables compared, {len(different)} different; checkpoints kept "
-          f"{resumed_kept} (uninterrupted: {straight_kept}); {figures['total_seconds']} s")
+          f"{resumed_kept} (uninterrupted: {straight_kept}); {len(faults)} saves failed on a full "
+          f"disk; {figures['total_seconds']} s")
     for problem in problems:
         print(f"PROBLEM: {problem}")
     print("OK" if not problems else "FAILED")

@@ -16,6 +16,7 @@ and the messages stay ours, naming the file and the key path the way OpenNMT-tf 
 import copy
 import dataclasses
 import difflib
+import math
 import os
 import types
 import typing
@@ -32,6 +33,7 @@ class ConfigError(UserError, ValueError):
 
 
 REQUIRED = object()
+LARGEST_INT = 2**31 - 1  # the largest integer a config value or command-line number may be
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Tokenization:
     are passed to pyonmttok); a mapping without `type` whose keys are not ours is OpenNMT-tf's
     shorthand for OpenNMTTokenizer params."""
 
-    type: str = key("str", "sentencepiece", choices=tuple(TOKENIZER_TYPES))
+    type: str = key("str", "sentencepiece", choices=tuple(TOKENIZER_TYPES), nullable=False)
     params: typing.Mapping = key("dict")
     model: str = key("path")
     # Used by `build-vocab` to train the SentencePiece model:
@@ -160,25 +162,25 @@ DECAY_KEYS = {"NoamDecay": ({"model_dim", "warmup_steps"}, {"scale"}),
 
 @dataclasses.dataclass(frozen=True)
 class ParamsConfig:
-    optimizer: str = key("str", "Adam", choices=tuple(OPTIMIZER_KEYS))
-    optimizer_params: typing.Mapping = key("dict", {})
+    optimizer: str = key("str", "Adam", choices=tuple(OPTIMIZER_KEYS), nullable=False)
+    optimizer_params: typing.Mapping = key("dict", {}, nullable=False)
     learning_rate: float = key("float", 1.0, minimum=0)
     decay_type: str = key("str", None, choices=tuple(DECAY_KEYS))
-    decay_params: typing.Mapping = key("dict", {})
+    decay_params: typing.Mapping = key("dict", {}, nullable=False)
     decay_step_duration: int = key("int", 1, minimum=1)
     start_decay_steps: int = key("int", 0, minimum=0)
     minimum_learning_rate: float = key("float", 0.0, minimum=0)
     label_smoothing: float = key("float", 0.0)
     average_loss_in_time: bool = key("bool")
-    beam_width: int = key("int", 1, minimum=1)
-    length_penalty: float = key("float", 0.0)
-    coverage_penalty: float = key("float", 0.0)
+    beam_width: int = key("int", 1, minimum=1, nullable=False)
+    length_penalty: float = key("float", 0.0, nullable=False)
+    coverage_penalty: float = key("float", 0.0, nullable=False)
     # 1: no sampling (the best tokens); 0: sample from the whole distribution; K: from the K best.
-    sampling_topk: int = key("int", 1, minimum=0)
-    sampling_temperature: float = key("float", 1.0)
-    replace_unknown_target: bool = key("bool", False)
-    maximum_decoding_length: int = key("int", 250, minimum=1)
-    minimum_decoding_length: int = key("int", 0, minimum=0)
+    sampling_topk: int = key("int", 1, minimum=0, nullable=False)
+    sampling_temperature: float = key("float", 1.0, nullable=False)
+    replace_unknown_target: bool = key("bool", False, nullable=False)
+    maximum_decoding_length: int = key("int", 250, minimum=1, nullable=False)
+    minimum_decoding_length: int = key("int", 0, minimum=0, nullable=False)
     num_hypotheses: int = key("int", minimum=1)
 
 
@@ -247,7 +249,7 @@ class EvalConfig:
     batch_size: int = key("int", 32, minimum=1)
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
-    scorers: tuple = key("list", [])
+    scorers: tuple = key("list", [], nullable=False)
     early_stopping: EarlyStopping = section(EarlyStopping, optional=True)
     save_eval_predictions: bool = key("bool", False)
 
@@ -257,7 +259,7 @@ class InferConfig:
     batch_size: int = key("int", 16, minimum=1)
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
-    n_best: int = key("int", 1, minimum=1)
+    n_best: int = key("int", 1, minimum=1, nullable=False)
     with_scores: bool = key("bool", False)
     with_alignments: str = key("str", None, choices=("hard", "soft"))
     # Not an OpenNMT-tf key (it translates every line whole): a longer line is translated from its
@@ -375,10 +377,17 @@ def _check(value, leaf, where):
     elif kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        if abs(value) > LARGEST_INT:  # (sizes, steps and lengths reach TensorFlow as int32)
+            raise ConfigError(f"{where} must be at most {LARGEST_INT}, got {value}")
     elif kind == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
-        value = float(value)
+        try:
+            value = float(value)
+        except OverflowError:  # an integer beyond any float
+            raise ConfigError(f"{where}: {str(value)[:20]}... is too large a number") from None
+        if not math.isfinite(value):  # (.nan, .inf: every float key is a finite quantity)
+            raise ConfigError(f"{where}: expected a finite number, got {value}")
     elif kind in ("str", "path"):
         if kind == "str" and where.endswith("mixed_precision") and isinstance(value, bool):
             value = str(value).lower()
@@ -747,6 +756,8 @@ def load_config(paths, overrides=None):
             raise ConfigError(f"config file {path} is a directory") from None
         except UnicodeDecodeError as error:
             raise ConfigError(f"{path}: not UTF-8 text ({error.reason})") from None
+        except RecursionError:  # (thousands of nested brackets)
+            raise ConfigError(f"{path}: invalid YAML: nested too deeply") from None
         except yaml.YAMLError as error:  # (its own text spans several lines)
             mark = getattr(error, "problem_mark", None)
             where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

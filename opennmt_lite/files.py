@@ -3,9 +3,12 @@ then renamed onto it (a rename within a directory is atomic: a reader, or a run 
 finds the old file or the new one, never a part of one)."""
 
 import contextlib
+import errno
 import os
 
 PARTIAL = ".partial"
+PREVIOUS = ".previous"  # a replaced file, kept while a set of files is renamed
+_NO_HARD_LINKS = (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EMLINK, errno.EXDEV)
 
 
 def _sync_directory(directory):
@@ -25,7 +28,10 @@ def _sync_directory(directory):
 
 def _sync_file(path):
     with open(path, "rb+") as stream:
-        os.fsync(stream.fileno())
+        try:
+            os.fsync(stream.fileno())
+        except OSError as error:  # (a full disk may only show here): say which file
+            raise OSError(error.errno, error.strerror, path) from None
 
 
 def _remove(path):
@@ -55,19 +61,50 @@ class Staging:
         return temporary
 
     def commit(self):
-        """Syncs every temporary file, then renames them onto their real names."""
+        """Syncs every temporary file, then renames them onto their real names. If a rename
+        fails (a read-only or full file system), the files already renamed are put back as
+        they were: the set is replaced whole or not at all."""
         pairs = [p for p in self._pairs if not p[2]] + [p for p in self._pairs if p[2]]
         for temporary, _, _ in pairs:
             _sync_file(temporary)
-        for temporary, final, _ in pairs:
-            os.replace(temporary, final)
+        # The previous files, kept under a second name (a hard link: no copy) until the end.
+        previous = {}
+        try:
+            for _, final, _ in pairs:
+                if len(pairs) > 1 and os.path.isfile(final):
+                    _remove(final + PREVIOUS)
+                    try:
+                        os.link(final, final + PREVIOUS)
+                    except OSError as error:
+                        if error.errno not in _NO_HARD_LINKS:
+                            raise
+                        continue  # (a file system without hard links: no way back there)
+                    previous[final] = final + PREVIOUS
+            done = []
+            try:
+                for temporary, final, _ in pairs:
+                    os.replace(temporary, final)
+                    done.append(final)
+            except OSError:
+                for final in reversed(done):
+                    with contextlib.suppress(OSError):
+                        if final in previous:
+                            os.replace(previous.pop(final), final)
+                        else:
+                            os.remove(final)
+                raise
+        finally:
+            for kept in previous.values():
+                with contextlib.suppress(OSError):
+                    os.remove(kept)
         for directory in {os.path.dirname(final) for _, final, _ in pairs}:
             _sync_directory(directory)
         self._pairs = []
 
     def discard(self):
         for temporary, _, _ in self._pairs:
-            _remove(temporary)
+            with contextlib.suppress(OSError):  # (on a read-only file system, nothing to undo)
+                _remove(temporary)
         self._pairs = []
 
     def __enter__(self):
@@ -75,7 +112,11 @@ class Staging:
 
     def __exit__(self, error_type, error, traceback):
         if error_type is None:
-            self.commit()
+            try:
+                self.commit()
+            except BaseException:  # e.g. no space left for the sync: no temporary file left
+                self.discard()
+                raise
         else:
             self.discard()
 
@@ -86,8 +127,14 @@ def atomic_write(path, mode="w", suffix=PARTIAL, **open_options):
     without an exception (before that, an existing file at `path` stays as it was). The data go
     to `path + suffix` first."""
     with Staging(suffix) as staging:
-        with open(staging.path(path), mode, **open_options) as stream:
-            yield stream
+        try:
+            with open(staging.path(path), mode, **open_options) as stream:
+                yield stream
+        except OSError as error:
+            if error.filename is not None or not error.errno:
+                raise
+            # (a failed write or close names no file: say which)
+            raise OSError(error.errno, error.strerror, os.fspath(path)) from None
 
 
 def write_lines(lines, path=None):

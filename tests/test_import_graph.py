@@ -12,8 +12,8 @@ ROOT = pathlib.Path(__file__).parents[1]
 PACKAGE = ROOT / "opennmt_lite"
 
 FLOORS = (
-    ("base", ("opennmt_lite", "opennmt_lite.errors", "opennmt_lite.files", "opennmt_lite.cpu",
-              "opennmt_lite.recorder")),
+    ("base", ("opennmt_lite", "opennmt_lite.errors", "opennmt_lite.files", "opennmt_lite.outputs",
+              "opennmt_lite.cpu", "opennmt_lite.recorder")),
     ("config", ("opennmt_lite.config", "opennmt_lite.hyperparameters")),
     ("data", ("opennmt_lite.data",)),
     ("layers", ("opennmt_lite.layers",)),

@@ -14,6 +14,7 @@ good checkpoint while keeping a bad one.
 in a Python list can be missed.
 """
 
+import contextlib
 import logging
 import os
 import re
@@ -23,7 +24,9 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import named_trainable, named_variables, nested, optimizer_state
-from opennmt_lite.errors import UserError
+from opennmt_lite.errors import OutputError, UserError
+from opennmt_lite.files import atomic_write
+from opennmt_lite.outputs import describe
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -32,6 +35,7 @@ SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 FILE_PATTERN = re.compile(r"^(.+-(\d+))\.(index|data-\d+-of-\d+)$")
 # What a killed save leaves: TensorFlow's `<prefix>_temp/` folder and our state file's temp.
 LEFTOVER_PATTERN = re.compile(r"^(.+-\d+_temp|checkpoint\.tmp.*)$")
+REPLACED = ".replaced"  # a checkpoint's file set aside while the same step is written again
 
 
 class CheckpointError(UserError, ValueError):
@@ -40,6 +44,11 @@ class CheckpointError(UserError, ValueError):
 
 class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
     """No checkpoint where one was asked for."""
+
+
+class CheckpointWriteError(OutputError):
+    """A checkpoint could not be written (a full disk, a read-only directory...); the message
+    names it, the OS error, and the checkpoint kept."""
 
 
 def checkpoint_directory(model_dir):
@@ -262,31 +271,90 @@ class Checkpoint:
         return assign(prefix, model_variables)
 
     def save(self, step):
-        """Writes `ckpt-<step>` to save_dir, then the `checkpoint` state file, then deletes the
-        checkpoints older than the newest `max_to_keep` readable ones. Returns the prefix."""
-        os.makedirs(self.save_dir, exist_ok=True)
-        _remove_leftovers(self.save_dir)
+        """Writes `ckpt-<step>` to save_dir and reads it back in full, then replaces the
+        `checkpoint` state file, then deletes the checkpoints older than the newest `max_to_keep`
+        readable ones: nothing is deleted before the new checkpoint is complete and verified.
+        A failed write (no space left, file too large, read-only directory...) removes what it
+        left of the new checkpoint and raises CheckpointWriteError, every older checkpoint
+        untouched. Returns the prefix."""
         prefix = os.path.join(self.save_dir, f"ckpt-{int(step)}")
+        try:
+            os.makedirs(self.save_dir, exist_ok=True)
+            _remove_leftovers(self.save_dir)
+            # A checkpoint of this step already there (an average written again with --force)
+            # is set aside until the new one is verified, and put back if it is not.
+            replaced = _set_aside(prefix)
+        except OSError as error:
+            _put_back(prefix)
+            raise CheckpointWriteError(self._failure(prefix, describe(error))) from None
         self._checkpoint.save_counter.assign_add(1)
-        self._checkpoint.write(prefix)
+        try:
+            self._checkpoint.write(prefix)
+            reason = damage(prefix)
+        except (OSError, tf.errors.OpError) as error:
+            reason = describe(error)
+        if reason is not None:  # (also: written without an error, yet not readable back)
+            self._discard(prefix)
+            _put_back(prefix)
+            raise CheckpointWriteError(self._failure(prefix, reason))
+        for path in replaced:
+            with contextlib.suppress(OSError):
+                os.remove(path)
         # Rotation counts only readable checkpoints (index and every data file present: reading
-        # all the data back at each save would cost too much; the damaged checkpoints a restore
-        # found were moved away). Once `max_to_keep` of them exist, everything older goes.
-        everything = candidates(self.save_dir)
-        readable = [p for p in everything if damage(p, read_data=False) is None]
-        kept = readable[: self.max_to_keep] if self.max_to_keep else readable
-        _write_state_file(self.save_dir, prefix, kept)
-        if self.max_to_keep and len(kept) == self.max_to_keep:
-            for old in everything[everything.index(kept[-1]) + 1:]:
-                _remove(old)
+        # all the older ones back at each save would cost too much; the damaged checkpoints a
+        # restore found were moved away). Once `max_to_keep` of them exist, everything older goes.
+        try:
+            everything = candidates(self.save_dir)
+            readable = [p for p in everything if damage(p, read_data=False) is None]
+            kept = readable[: self.max_to_keep] if self.max_to_keep else readable
+            _write_state_file(self.save_dir, prefix, kept)
+            if self.max_to_keep and len(kept) == self.max_to_keep:
+                for old in everything[everything.index(kept[-1]) + 1:]:
+                    _remove(old)
+        except OSError as error:  # the new checkpoint is complete: it is the one to resume from
+            self.latest = prefix
+            raise CheckpointWriteError(
+                f"checkpoint {prefix} was saved, but updating {self.save_dir} after it failed: "
+                f"{describe(error)} (the next run resumes from {prefix})") from None
         self.latest = prefix
         return prefix
+
+    @staticmethod
+    def _failure(prefix, reason):
+        return (f"saving checkpoint {prefix} failed: {reason} (nothing of it is left; the "
+                "checkpoints saved before are untouched)")
+
+    def _discard(self, prefix):
+        # What the failed write left: this step's files and TensorFlow's temporary folder.
+        self._checkpoint.save_counter.assign_add(-1)
+        with contextlib.suppress(OSError):
+            _remove(prefix)
+        shutil.rmtree(prefix + "_temp", ignore_errors=True)
 
 
 def _files(prefix):
     directory, base = os.path.split(prefix)
     return [os.path.join(directory, name) for name in os.listdir(directory or ".")
-            if name == base + ".index" or name.startswith(base + ".data-")]
+            if (name == base + ".index" or name.startswith(base + ".data-"))
+            and not name.endswith(REPLACED)]
+
+
+def _set_aside(prefix):
+    """Renames the files of checkpoint `prefix` to `<file>.replaced`; returns the new names."""
+    moved = []
+    for path in _files(prefix):
+        os.replace(path, path + REPLACED)
+        moved.append(path + REPLACED)
+    return moved
+
+
+def _put_back(prefix):
+    """Undoes _set_aside (nothing to do if it set nothing aside)."""
+    directory, base = os.path.split(prefix)
+    for name in os.listdir(directory or "."):
+        if name.startswith(base + ".") and name.endswith(REPLACED):
+            with contextlib.suppress(OSError):
+                os.replace(os.path.join(directory, name), os.path.join(directory, name[: -len(REPLACED)]))
 
 
 def _remove(prefix):
@@ -306,8 +374,17 @@ def _quarantine(prefixes):
 
 
 def _remove_leftovers(directory):
-    """Deletes what killed saves left: TensorFlow's `ckpt-N_temp/` folders, state file temps."""
+    """Deletes what killed saves left: TensorFlow's `ckpt-N_temp/` folders, state file temps;
+    puts back a checkpoint set aside by a save killed before its replacement was complete."""
     for name in os.listdir(directory):
+        if name.endswith(REPLACED):
+            path, original = os.path.join(directory, name), os.path.join(directory, name[: -len(REPLACED)])
+            prefix = FILE_PATTERN.match(name[: -len(REPLACED)])
+            if prefix and damage(os.path.join(directory, prefix.group(1)), read_data=False) is None:
+                os.remove(path)  # (the replacement is complete)
+            else:
+                os.replace(path, original)
+            continue
         if LEFTOVER_PATTERN.match(name):
             path = os.path.join(directory, name)
             logger.info("removing %s, left by an interrupted save", path)
@@ -322,10 +399,8 @@ def _write_state_file(directory, prefix, kept):
     restore does not read it), replaced atomically. Names are relative, as TensorFlow writes."""
     lines = [f'model_checkpoint_path: "{os.path.basename(prefix)}"']
     lines += [f'all_model_checkpoint_paths: "{os.path.basename(p)}"' for p in reversed(kept)]
-    temporary = os.path.join(directory, "checkpoint.tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
+    with atomic_write(os.path.join(directory, "checkpoint"), suffix=".tmp", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    os.replace(temporary, os.path.join(directory, "checkpoint"))
 
 
 # -- averaging -------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ config)`; `config` is the loaded `Config` (None for commands that take no --conf
 
 import argparse
 
+from opennmt_lite.config import LARGEST_INT
+
 # Command name (as typed) -> module name, in the order `run.py --help` lists them.
 COMMANDS = {
     "build-vocab": "build_vocab",
@@ -28,6 +30,8 @@ def int_at_least(minimum):
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
+        if value > LARGEST_INT:  # (TensorFlow's int32)
+            raise argparse.ArgumentTypeError(f"must be at most {LARGEST_INT}, got {value}")
         return value
 
     return parse
@@ -35,24 +39,6 @@ def int_at_least(minimum):
 
 positive_int = int_at_least(1)
 non_negative_int = int_at_least(0)
-
-
-def check_output_file(path, option):
-    """Fails now, before any work, if the file `path` (given with `option`) cannot be written:
-    its parent directory is created if needed. Raises OutputError (a user error)."""
-    import os
-
-    from opennmt_lite.errors import OutputError
-
-    if os.path.isdir(path):
-        raise OutputError(f"{option} {path} is a directory")
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(directory, exist_ok=True)
-    except OSError as error:
-        raise OutputError(f"{option} {path}: cannot create its directory ({error.strerror or error})") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise OutputError(f"{option} {path}: its directory is not writable")
 
 
 def add_checkpoint_argument(parser):

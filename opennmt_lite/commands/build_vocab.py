@@ -21,13 +21,35 @@ def add_arguments(parser):
 
 
 def run(args, config):
+    from opennmt_lite.outputs import writing
+
+    data = config.data
+    for name in ("train_features_file", "train_labels_file", "source_vocabulary", "target_vocabulary"):
+        if not getattr(data, name):
+            raise ConfigError(f"data.{name} must be set to build the vocabularies")
+    check_outputs(data)
+    with writing("build-vocab"):  # a full disk: one line, the previous files kept
+        _build(args, config)
+
+
+def check_outputs(data):
+    """The files build-vocab writes (the vocabularies, and the SentencePiece models it trains)
+    can be written: their directories are created (see opennmt_lite.outputs)."""
+    from opennmt_lite.outputs import check_file
+
+    check_file(data.source_vocabulary, "data.source_vocabulary", create_parents=True)
+    check_file(data.target_vocabulary, "data.target_vocabulary", create_parents=True)
+    for side in ("source", "target"):
+        tokenization = getattr(data, f"{side}_tokenization")
+        if tokenization is not None and tokenization.type == "sentencepiece":
+            check_file(tokenization.model, f"data.{side}_tokenization.model", create_parents=True)
+
+
+def _build(args, config):
     from opennmt_lite.data.tokenizers import train_sentencepiece
     from opennmt_lite.data.vocab_builder import build_vocab
 
     data, seed = config.data, config.train.seed
-    for name in ("train_features_file", "train_labels_file", "source_vocabulary", "target_vocabulary"):
-        if not getattr(data, name):
-            raise ConfigError(f"data.{name} must be set to build the vocabularies")
     source, target = data.source_tokenization, data.target_tokenization
     trains = [t is not None and t.type == "sentencepiece" for t in (source, target)]
     if not any(trains):  # word vocabularies: tokens counted as onmt-build-vocab counts them

@@ -1,12 +1,13 @@
 """`run.py export`: a TensorFlow SavedModel (see opennmt_lite.export.saved_model), or with
 `--format ctranslate2` a CTranslate2 model (see opennmt_lite.export.ctranslate2)."""
 
-import os
+import logging
 
 from opennmt_lite.commands import add_checkpoint_argument
-from opennmt_lite.errors import ArgumentError, OutputError
+from opennmt_lite.errors import ArgumentError
 
 HELP = "write a TensorFlow SavedModel or a CTranslate2 model"
+logger = logging.getLogger("opennmt_lite")
 # CTranslate2 weight types (opennmt_lite.export.ctranslate2.QUANTIZATIONS; not imported here so
 # that `run.py --help` does not need CTranslate2).
 QUANTIZATIONS = ("int8", "int8_float32", "int16", "float16", "bfloat16", "float32")
@@ -23,30 +24,37 @@ def add_arguments(parser):
 
 
 def run(args, config):
+    import tensorflow as tf
+
     from opennmt_lite import build
     from opennmt_lite.export.saved_model import export_model
+    from opennmt_lite.outputs import check_directory, staged_directory, writing
 
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, config)
     if args.quantization or args.force:
         raise ArgumentError("--quantization and --force apply to --format ctranslate2 only")
-    if os.path.exists(args.output) and not os.path.isdir(args.output):
-        raise OutputError(f"--output {args.output} is a file, not a directory")
-    if os.path.exists(args.output) and os.listdir(args.output):
-        raise OutputError(f"--output {args.output} already holds files: give a new or empty "
-                          "directory (an export never overwrites one)")
+    check_directory(args.output, "--output", force_option=None)  # (never overwritten)
     model, assets, _ = build.inference_model(config, args.checkpoint)
     options = build.decoding_options(config.params, config.infer, seed=config.train.seed)
-    return export_model(model, assets, options, config.data, args.output,
-                        maximum_source_length=config.infer.maximum_features_length)
+    # Written beside --output, moved onto it once complete: a failed write leaves nothing.
+    with staged_directory(args.output, "--output") as staging:
+        with writing(f"--output {args.output}", also=(tf.errors.OpError,)):
+            export_model(model, assets, options, config.data, staging,
+                         maximum_source_length=config.infer.maximum_features_length)
+    logger.info("moved the SavedModel into %s", args.output)  # (the log above names the staging)
+    return args.output
 
 
 def _export_ctranslate2(args, config):
     from opennmt_lite import build
     from opennmt_lite.export import ctranslate2
+    from opennmt_lite.outputs import check_directory, writing
 
     ctranslate2.check_destination(args.output, args.force)  # before loading the model
+    check_directory(args.output, "--output", force=True)  # (a model replaced only with --force)
     model, assets, _ = build.inference_model(config, args.checkpoint)
     options = build.decoding_options(config.params, config.infer, seed=config.train.seed)
-    return ctranslate2.export_model(model, assets, options, config.data, args.output,
-                                    quantization=args.quantization, force=args.force)
+    with writing(f"--output {args.output}"):
+        return ctranslate2.export_model(model, assets, options, config.data, args.output,
+                                        quantization=args.quantization, force=args.force)

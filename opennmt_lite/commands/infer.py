@@ -2,7 +2,7 @@
 
 import logging
 
-from opennmt_lite.commands import add_checkpoint_argument, check_output_file, positive_int
+from opennmt_lite.commands import add_checkpoint_argument, non_negative_int, positive_int
 from opennmt_lite.errors import ArgumentError
 
 HELP = "translate a file"
@@ -16,7 +16,7 @@ def add_arguments(parser):
     parser.add_argument("--beam_width", type=positive_int)
     parser.add_argument("--n_best", type=positive_int)
     parser.add_argument("--with_scores", action="store_true", default=None)
-    parser.add_argument("--seed", type=int, help="seed of random sampling (params.sampling_topk "
+    parser.add_argument("--seed", type=non_negative_int, help="seed of random sampling (params.sampling_topk "
                         "!= 1; default train.seed)")
     parser.add_argument("--ctranslate2", metavar="DIR",
                         help="translate with this CTranslate2 model (run.py export --format "
@@ -27,9 +27,10 @@ def run(args, config):
     from opennmt_lite import build
     from opennmt_lite.files import write_lines
     from opennmt_lite.inference.translate import format_lines, translate_file
+    from opennmt_lite.outputs import check_file, writing
 
     if args.predictions_file:
-        check_output_file(args.predictions_file, "--predictions_file")
+        check_file(args.predictions_file, "--predictions_file")
     seed = config.train.seed if args.seed is None else args.seed
     options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best, seed)
     if args.ctranslate2:
@@ -39,7 +40,9 @@ def run(args, config):
         data = build.inference_input(args.features_file, config.infer, assets)
         results = translate_file(model, assets, data, options, alignments=config.infer.with_alignments)
     with_scores = config.infer.with_scores if args.with_scores is None else args.with_scores
-    write_lines(format_lines(results, with_scores, config.infer.with_alignments), args.predictions_file)
+    with writing(f"--predictions_file {args.predictions_file}" if args.predictions_file else "standard output"):
+        write_lines(format_lines(results, with_scores, config.infer.with_alignments),
+                    args.predictions_file)
     if args.predictions_file:
         logger.info("wrote %d translations to %s", len(results), args.predictions_file)
     return results

@@ -2,13 +2,12 @@
 tensor: as text (always), attention heat maps (--attention_png), and a self-contained HTML
 walk-through (--html; see opennmt_lite.inspection.html)."""
 
-import os
 import time
 
 import numpy as np
 
 from opennmt_lite.commands import add_checkpoint_argument
-from opennmt_lite.errors import ArgumentError, OutputError
+from opennmt_lite.errors import ArgumentError
 
 HELP = "show every intermediate tensor of the encoder on one sentence or a batch"
 
@@ -74,16 +73,6 @@ def sources_of(args, assets, maximum_length=None):
     return sources
 
 
-def check_html_path(path):
-    directory = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise OutputError(f"--html {path} is a directory, not a file")
-    if not os.path.isdir(directory):
-        raise OutputError(f"--html {path}: directory {os.path.dirname(path) or directory} does not exist")
-    if not os.access(directory, os.W_OK):
-        raise OutputError(f"--html {path}: directory {directory} is not writable")
-
-
 def padded(sources):
     """(ids [batch, time] padded with 0, lengths [batch])."""
     lengths = np.array([len(ids) for _, ids in sources], np.int32)
@@ -98,11 +87,12 @@ def run(args, config, out=print):
 
     from opennmt_lite import build
     from opennmt_lite.inspection.text import save_attention_maps, summarize, trace_encoder
+    from opennmt_lite.outputs import check_directory, check_file, writing
 
-    if args.attention_png and os.path.exists(args.attention_png) and not os.path.isdir(args.attention_png):
-        raise OutputError(f"--attention_png {args.attention_png} is a file, not a directory")
+    if args.attention_png:  # (a folder of images: written beside what it holds)
+        check_directory(args.attention_png, "--attention_png", force=True)
     if args.html:
-        check_html_path(args.html)
+        check_file(args.html, "--html")
     if args.target is not None and not args.html:
         raise ArgumentError("--target is shown in the HTML page only: add --html FILE")
     start = time.perf_counter()
@@ -124,10 +114,12 @@ def run(args, config, out=print):
     for name, value in tensors.items():
         out(summarize(name, value, args.values))
     if args.attention_png:
-        for saved in save_attention_maps(tensors, sources[0][0], args.attention_png):
-            out(f"saved {saved}")
+        with writing(f"--attention_png {args.attention_png}"):
+            for saved in save_attention_maps(tensors, sources[0][0], args.attention_png):
+                out(f"saved {saved}")
     if args.html:
-        size = write_html(args, config, model, assets, weights, sources, tensors)
+        with writing(f"--html {args.html}"):
+            size = write_html(args, config, model, assets, weights, sources, tensors)
         out(f"saved {args.html} ({size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s)")
     return tensors
 

@@ -3,7 +3,7 @@ opennmt_lite.inference.score), as OpenNMT-tf's `onmt-main score`."""
 
 import logging
 
-from opennmt_lite.commands import add_checkpoint_argument, check_output_file
+from opennmt_lite.commands import add_checkpoint_argument
 from opennmt_lite.data import DataError
 
 HELP = "score existing translations (OpenNMT-tf's score: 'NLL ||| tokens' per line)"
@@ -24,9 +24,10 @@ def run(args, config):
     from opennmt_lite.data import read_lines
     from opennmt_lite.files import write_lines
     from opennmt_lite.inference.score import format_lines, score_pairs
+    from opennmt_lite.outputs import check_file, writing
 
     if args.output_file:
-        check_output_file(args.output_file, "--output_file")
+        check_file(args.output_file, "--output_file")
     sources = read_lines(args.features_file, kind="--features_file")
     targets = read_lines(args.predictions_file, kind="--predictions_file")
     if len(sources) != len(targets):
@@ -37,7 +38,8 @@ def run(args, config):
     data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets)
     scores = score_pairs(model, data)
     tokens = assets.target_tokenizer.tokenize_batch(targets)
-    write_lines(format_lines(scores, tokens), args.output_file)
+    with writing(f"--output_file {args.output_file}" if args.output_file else "standard output"):
+        write_lines(format_lines(scores, tokens), args.output_file)
     if args.output_file:
         logger.info("wrote %d scores (checkpoint %s) to %s", len(scores), prefix, args.output_file)
     return scores

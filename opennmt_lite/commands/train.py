@@ -32,6 +32,7 @@ def missing_vocabulary(data):
 
 def run(args, config):
     from opennmt_lite import build
+    from opennmt_lite.outputs import writing
     from opennmt_lite.training.distribute import is_chief_task
     from opennmt_lite.training.lock import model_dir_lock
 
@@ -45,7 +46,8 @@ def run(args, config):
         # (onmt-main's `train` evaluates only with --with_eval; run.py's when eval files are set)
         trainer = build.trainer(config, with_evaluation=getattr(args, "with_eval", None))
         try:
-            summary = trainer.run()
+            with writing(f"model_dir {config.model_dir}"):  # (its logs; checkpoints: their own)
+                summary = trainer.run()
         except KeyboardInterrupt:  # a second Ctrl-C (see trainer.StopRequest)
             raise Interrupted(signal.SIGINT, (
                 f"interrupted again at step {trainer.step}: stopped at once, without saving; the "
@@ -76,7 +78,8 @@ def average_at_end(config):
                        store.checkpoint_directory(config.model_dir))
         return None
     output_dir = os.path.join(config.model_dir, "avg")
-    path = average(config, output_dir, count, option="<model_dir>/avg")
+    # (training's own folder: the average of a previous run is replaced, or kept beside)
+    path = average(config, output_dir, count, option="<model_dir>/avg", force=True)
     logger.info("train.average_last_checkpoints: the average of the last %d checkpoints is %s "
                 "(use it with --checkpoint %s)", min(count, len(available)), path, output_dir)
     return path

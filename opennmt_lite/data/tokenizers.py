@@ -13,6 +13,7 @@ OpenNMT-tf's tokenizers (its `type` names in brackets):
 * `CharacterTokenizer` (CharacterTokenizer): one token per Unicode character, spaces as `▁`.
 """
 
+import contextlib
 import logging
 import os
 import re
@@ -317,10 +318,15 @@ def train_sentencepiece(
     try:
         staged_model = staging.path(model_path)
         os.replace(training_prefix + ".model", staged_model)
-        os.replace(training_prefix + ".vocab", staging.path(model_prefix + ".vocab"))
-        _strip_paths(staged_model, os.path.basename(model_prefix))
-        processor = spm.SentencePieceProcessor(model_file=staged_model)
+        staged_pieces = staging.path(model_prefix + ".vocab")
+        os.replace(training_prefix + ".vocab", staged_pieces)
+        _strip_paths(staged_model, os.path.basename(model_prefix), model_path)
+        try:
+            processor = spm.SentencePieceProcessor(model_file=staged_model)
+        except (RuntimeError, OSError):
+            raise _not_whole(model_path) from None
         pieces = [processor.id_to_piece(i) for i in range(processor.get_piece_size())]
+        _check_whole(staged_pieces, len(pieces), model_prefix + ".vocab")
         vocabulary = Vocabulary(sentencepiece_to_vocabulary_tokens(pieces, processor), path=None)
         vocabulary.save(staging.path(vocabulary_path))
         with open(staging.path(fingerprints.fingerprint_path(vocabulary_path), last=True), "w",
@@ -330,6 +336,9 @@ def train_sentencepiece(
             fingerprints.commit(staging, [vocabulary_path])
     except BaseException:
         staging.discard()
+        for extension in (".model", ".vocab"):  # (left there if the move above failed)
+            with contextlib.suppress(OSError):
+                os.remove(training_prefix + extension)
         raise
     vocabulary.path = vocabulary_path
     logger.info(
@@ -337,6 +346,20 @@ def train_sentencepiece(
         model_type, model_path, len(pieces), vocabulary_path, vocabulary.size,
     )
     return model_path, vocabulary
+
+
+def _not_whole(path):
+    from opennmt_lite.errors import OutputError
+
+    return OutputError(f"SentencePiece wrote {path} only in part (no space left or a file-size "
+                       "limit?): the previous files are kept")
+
+
+def _check_whole(path, pieces, final_path):
+    """SentencePiece's `.vocab` file has one line per piece, unless its write was cut short."""
+    with open(path, "rb") as stream:
+        if stream.read().count(b"\n") != pieces:
+            raise _not_whole(final_path)
 
 
 def sentencepiece_to_vocabulary_tokens(pieces, processor=None):
@@ -353,19 +376,29 @@ def sentencepiece_to_vocabulary_tokens(pieces, processor=None):
     return tokens
 
 
-def _strip_paths(model_path, prefix_name):
+def _strip_paths(model_path, prefix_name, final_path):
     """Replaces the input paths recorded in a model by their base names, and its prefix by
     `prefix_name`, so that the file does not depend on where (or under which temporary name) it
-    was trained."""
+    was trained. `final_path`: the model's name in errors."""
+    from google.protobuf.message import DecodeError
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()
     with open(model_path, "rb") as stream:
-        proto.ParseFromString(stream.read())
+        data = stream.read()
+    try:
+        proto.ParseFromString(data)
+    except DecodeError:  # SentencePiece does not report a failed write: a cut file shows here
+        raise _not_whole(final_path) from None
+    if not proto.pieces:  # (cut before its first piece: an empty file parses)
+        raise _not_whole(final_path)
     spec = proto.trainer_spec
     inputs = [os.path.basename(path) for path in spec.input]
     del spec.input[:]
     spec.input.extend(inputs)
     spec.model_prefix = prefix_name
-    with open(model_path, "wb") as stream:
-        stream.write(proto.SerializeToString())
+    try:
+        with open(model_path, "wb") as stream:
+            stream.write(proto.SerializeToString())
+    except OSError as error:  # (a failed write names no file)
+        raise OSError(error.errno, error.strerror, final_path) from None

@@ -17,7 +17,7 @@ import sys
 from tqdm import tqdm
 
 from opennmt_lite.data.vocab import UNK_TOKEN
-from opennmt_lite.errors import ArgumentError, MissingFileError
+from opennmt_lite.errors import ArgumentError, MissingFileError, UserError
 
 
 def translate_options(options):
@@ -57,14 +57,37 @@ def load_translator(path, assets, compute_type="default", threads=None):
                                 "write one with `run.py export --format ctranslate2`")
     _check_vocabularies(path, assets)
     threads = threads or len(os.sched_getaffinity(0))
-    return ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
-                                  inter_threads=1, intra_threads=threads)
+    try:
+        return ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
+                                      inter_threads=1, intra_threads=threads)
+    except (RuntimeError, ValueError, OSError) as error:  # a damaged or foreign model.bin
+        raise ModelDirectoryError(f"--ctranslate2 {path}: not a loadable CTranslate2 model: "
+                                  f"{_first_line(error)}") from None
+
+
+class ModelDirectoryError(UserError, ValueError):
+    """A directory given as a CTranslate2 model that is not one (names it)."""
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def unknown_token(path):
     """The token the model at `path` writes for the out-of-vocabulary id."""
-    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
-        return json.load(f).get("unk_token", UNK_TOKEN)
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise MissingFileError(f"--ctranslate2 {path}: no config.json there (not a model "
+                               "written by `run.py export --format ctranslate2`)") from None
+    except (OSError, ValueError) as error:  # unreadable, invalid UTF-8 or JSON
+        raise ModelDirectoryError(f"--ctranslate2 {path}: config.json cannot be read: "
+                                  f"{_first_line(error)}") from None
+    if not isinstance(config, dict):
+        raise ModelDirectoryError(f"--ctranslate2 {path}: config.json is not a JSON object")
+    return config.get("unk_token", UNK_TOKEN)
 
 
 def _check_vocabularies(path, assets):
@@ -81,8 +104,12 @@ def _read_vocabulary(path, side):
         for extension, read in ((".json", json.load), (".txt", lambda f: f.read().split("\n")[:-1])):
             file = os.path.join(path, name + extension)
             if os.path.isfile(file):
-                with open(file, encoding="utf-8") as f:
-                    return read(f)
+                try:
+                    with open(file, encoding="utf-8") as f:
+                        return read(f)
+                except (OSError, ValueError) as error:  # unreadable, invalid UTF-8 or JSON
+                    raise ModelDirectoryError(f"--ctranslate2 {path}: {file} cannot be read: "
+                                              f"{_first_line(error)}") from None
     raise MissingFileError(f"--ctranslate2 {path}: no {side} vocabulary file")
 
 

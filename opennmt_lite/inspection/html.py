@@ -26,6 +26,7 @@ import os
 
 import numpy as np
 
+from opennmt_lite.files import atomic_write
 from opennmt_lite.inspection.steps import FLOAT32_MIN
 
 EXACT_LIMIT = 4096
@@ -135,6 +136,6 @@ def render(data):
 def write_page(path, steps, sources, targets=None, about=None):
     """Writes the page to `path`; returns its size in bytes."""
     text = render(page_data(steps, sources, targets, about))
-    with open(path, "w", encoding="utf-8") as f:
+    with atomic_write(path, encoding="utf-8") as f:  # a full disk leaves no half page
         f.write(text)
     return len(text.encode("utf-8"))

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 
+from opennmt_lite.files import atomic_write
 from opennmt_lite.recorder import recording
 
 logger = logging.getLogger("opennmt_lite")
@@ -69,7 +70,10 @@ def save_attention_maps(tensors, tokens, directory):
             figure.colorbar(image, ax=axis, fraction=0.046)
             figure.tight_layout()
             path = os.path.join(directory, f"encoder_layer{layer}_head{head}.png")
-            figure.savefig(path, dpi=100)
-            plt.close(figure)
+            try:
+                with atomic_write(path, "wb") as stream:  # a full disk leaves no half image
+                    figure.savefig(stream, dpi=100, format="png")
+            finally:
+                plt.close(figure)
             paths.append(path)
     return paths

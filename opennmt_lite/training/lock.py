@@ -18,7 +18,8 @@ import logging
 import os
 import socket
 
-from opennmt_lite.errors import BusyError, OutputError
+from opennmt_lite.errors import BusyError
+from opennmt_lite.outputs import check_model_dir
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -27,16 +28,8 @@ LOCK_NAME = ".lock"
 
 def prepare_model_dir(model_dir):
     """Creates `model_dir` if needed; OutputError (a user error) if it is a file, cannot be
-    created, or cannot be written."""
-    if os.path.exists(model_dir) and not os.path.isdir(model_dir):
-        raise OutputError(f"model_dir {model_dir} is a file, not a directory")
-    try:
-        os.makedirs(model_dir, exist_ok=True)
-    except OSError as error:
-        raise OutputError(f"model_dir {model_dir} cannot be created: {error.strerror or error}") from None
-    if not os.access(model_dir, os.W_OK | os.X_OK):
-        raise OutputError(f"model_dir {model_dir} is not writable")
-    return model_dir
+    created, or cannot be written (see opennmt_lite.outputs)."""
+    return check_model_dir(model_dir)
 
 
 def _holder_text(descriptor):

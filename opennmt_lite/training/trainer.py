@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.formats import restore_for_training
 from opennmt_lite.checkpointing.names import inner_optimizer
-from opennmt_lite.checkpointing.store import checkpoint_directory
+from opennmt_lite.checkpointing.store import CheckpointWriteError, checkpoint_directory
 from opennmt_lite.checkpointing.training_checkpoint import GROUPS_DONE, training_checkpoint
 from opennmt_lite.errors import UserError
 from opennmt_lite.training.distribute import is_chief
@@ -196,7 +196,13 @@ class Trainer:
 
     def save(self):
         if self.last_saved != self.step:
-            path = self.checkpoint.save(self.step)
+            try:
+                path = self.checkpoint.save(self.step)
+            except CheckpointWriteError as error:  # a full disk, a read-only model_dir...
+                newest = self.checkpoint.latest
+                resume = (f"the next run resumes from {newest}, the newest intact checkpoint"
+                          if newest else "no checkpoint to resume from: the next run starts over")
+                raise CheckpointWriteError(f"{error}; {resume}") from None
             self.last_saved = self.step
             if self.chief:
                 logger.info("saved checkpoint %s", path)

@@ -1,0 +1,278 @@
+"""A generated battery of hostile values: for every config key of the schema and every option of
+every command's parser, values of the wrong type, out of range, NaN and infinities, empty and
+huge strings, invalid UTF-8, missing files, directories where files are expected and paths under
+a file. Each must end in exit status 0, or 2 with one `error:` line naming the key, option or
+file: never a traceback, never a hang (a case running past its time limit fails).
+
+The cases are generated from `opennmt_lite.config.SCHEMA` and from the commands' own argparse
+declarations (`opennmt_lite.commands.<command>.add_arguments`), with a fixed seed; a test checks
+that every key and every option got cases. Config cases go through the config loader, option
+cases through `run.main(argv)`, in this process. Cases the parser accepts run the command for
+real on a tiny trained model, one per option here (`CASES_PER_OPTION`); bench/hostile_battery.py
+runs them all, with more random values.
+"""
+
+import argparse
+import copy
+import math
+import os
+import random
+import signal
+
+import pytest
+import yaml
+
+import run
+from training_helpers import TINY_MODEL, training_user
+from opennmt_lite import build
+from opennmt_lite.commands import COMMANDS
+from opennmt_lite.config import SCHEMA, build_config, load_config
+from opennmt_lite.errors import UserError
+
+# bench/hostile_battery.py sets these higher (the environment variables below).
+SEED = int(os.environ.get("HOSTILE_SEED", 28))
+CASES_PER_OPTION = int(os.environ.get("HOSTILE_CASES_PER_OPTION", 1))  # commands run for real
+# per option (the parser's refusals: all of them)
+RANDOM_VALUES = int(os.environ.get("HOSTILE_RANDOM_VALUES", 1))  # random values per key, option
+TIME_LIMIT = 60  # seconds per case: past it, a hang
+
+
+def leaves(schema=SCHEMA, prefix=""):
+    """[(dotted key, Key)] of every leaf of the schema."""
+    found = []
+    for name, value in schema.items():
+        if isinstance(value, dict):
+            found += leaves(value, f"{prefix}{name}.")
+        else:
+            found.append((f"{prefix}{name}", value))
+    return found
+
+
+def hostile_values(kind, rng, directory):
+    """Hostile YAML values for a key of `kind` (the schema's kinds), fixed ones then random."""
+    common = [None, "", "x" * 100_000, [1, "a"], {"a": 1}, True, float("nan"), float("inf"),
+              -float("inf"), "caf\udce9"]  # (a lone surrogate: invalid UTF-8 bytes read as text)
+    by_kind = {
+        "int": [-1, 0, 10**30, -(10**30), 1.5, "12"],
+        "float": [-1.0, 1e308 * 10, -1e-320, 10**400, "0.5"],
+        "bool": ["yes", 1, 0.5],
+        "str": ["none", "\x00", "é" * 10],
+        "path": ["/no/such/file", str(directory), str(directory / "a_file" / "under"),
+                 str(directory / "bad_utf8.txt"), str(directory / "empty.txt"), 7],
+        "dict": [{"unknown": float("nan")}, ["x"], 3],
+        "list": [[None], [float("nan")], "bleu,bleu", 3],
+    }
+    extra = []
+    for _ in range(RANDOM_VALUES):
+        extra += [rng.randint(-(2**70), 2**70), rng.uniform(-1e6, 1e6),
+                  "".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 40)))]
+    return common + by_kind[kind] + extra
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("hostile")
+    (directory / "a_file").write_text("x")
+    (directory / "bad_utf8.txt").write_bytes(b"ok line\n\xff\xfe broken \xc3\n")
+    (directory / "empty.txt").write_text("")
+    return directory
+
+
+def set_key(user, dotted, value):
+    node = user
+    *parents, last = dotted.split(".")
+    for name in parents:
+        node = node.setdefault(name, {}) if isinstance(node.get(name), dict) or name not in node else node[name]
+        if not isinstance(node, dict):
+            return
+    node[last] = value
+
+
+def config_cases(directory):
+    rng = random.Random(SEED)
+    return [(key, value) for key, leaf in leaves() for value in hostile_values(leaf.kind, rng, directory)]
+
+
+def check_config_error(error, key):
+    """A user error whose one line names the key (or, for the nested ones, its section)."""
+    message = str(error)
+    assert isinstance(error, UserError), repr(error)
+    names = {key, key.rsplit(".", 1)[0], key.split(".")[-1]}
+    assert any(name in message for name in names), (key, message[:300])
+
+
+def test_every_config_key_holds_up_to_hostile_values(files):
+    base = {"model_dir": str(files / "run"), "model": dict(TINY_MODEL)}
+    failures, counted = [], {}
+    for key, value in config_cases(files):
+        counted[key] = counted.get(key, 0) + 1
+        user = copy.deepcopy(base)
+        set_key(user, key, value)
+        try:
+            config = build_config(user)
+            build.decoding_options(config.params, config.infer)  # (checked when made)
+        except Exception as error:  # noqa: BLE001 (the point: which kind it is)
+            try:
+                check_config_error(error, key)
+            except AssertionError as problem:
+                failures.append(f"{key}={value!r:.60}: {problem}")
+    assert not failures, "\n".join(failures[:40])
+    assert set(counted) == {key for key, _ in leaves()}  # every key of the schema got cases
+
+
+def test_config_files_that_are_not_text_or_not_yaml(files, tmp_path):
+    cases = {"invalid-utf8.yml": b"model_dir: \xff\xfe\n", "nul.yml": b"model_dir: a\x00b\n",
+             "nan.yml": b"model_dir: x\nparams:\n  learning_rate: .nan\n",
+             "huge.yml": b"model_dir: " + b"y" * 1_000_000 + b"\n", "list.yml": b"- 1\n- 2\n",
+             "deep.yml": b"model_dir: x\ntrain: " + b"[" * 5000 + b"]" * 5000 + b"\n"}
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        try:
+            load_config([str(path)])
+        except Exception as error:  # noqa: BLE001
+            assert isinstance(error, UserError), (name, repr(error)[:300])
+            assert "\n" not in str(error) and (str(path) in str(error) or "learning_rate" in str(error)), name
+
+
+# -- command-line options ----------------------------------------------------------------------
+
+def parsers():
+    """{command: its argparse parser}, declared as run.py declares them."""
+    import importlib
+
+    found = {}
+    for name, module_name in COMMANDS.items():
+        module = importlib.import_module(f"opennmt_lite.commands.{module_name}")
+        parser = argparse.ArgumentParser(prog=f"run.py {name}")
+        parser.add_argument("--config", nargs="+")
+        parser.add_argument("--log_level", default="INFO", type=str.upper,
+                            choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"))
+        module.add_arguments(parser)
+        found[name] = parser
+    return found
+
+
+def option_values(action, directory, rng):
+    """Hostile command-line values for one option."""
+    if action.nargs == 0:  # a flag
+        return [None]
+    values = ["", "0", "-1", "nan", "inf", "9" * 400, "x" * 5000, "caf\udce9", "--",
+              "/no/such/file", str(directory), str(directory / "a_file" / "under"),
+              str(directory / "bad_utf8.txt"), str(directory / "empty.txt")]
+    for _ in range(RANDOM_VALUES):
+        values.append("".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 30))))
+        values.append(str(rng.randint(-(2**40), 2**40)))
+    return values
+
+
+class Hang(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise Hang()
+
+
+@pytest.fixture(scope="module")
+def project(files):
+    root = files / "project"
+    user = training_user(root, model=TINY_MODEL, lines=200, params={"maximum_decoding_length": 8},
+                         train={"max_step": 2, "save_checkpoints_steps": 1, "save_summary_steps": 1000})
+    build.trainer(build_config(user)).run()
+    path = root / "config.yml"
+    path.write_text(yaml.safe_dump(user))
+    source = root / "source.txt"
+    source.write_text("Hello world .\n")
+    return {"config": str(path), "source": str(source), "user": user}
+
+
+def base_argv(command, project, directory):
+    """A valid, quick invocation of `command`, as {option: value}."""
+    config, source = project["config"], project["source"]
+    out = directory / "out"
+    return {
+        "build-vocab": {"--config": config},
+        "train": {"--config": config},
+        "infer": {"--config": config, "--features_file": source},
+        "export": {"--config": config, "--output": str(out / "export")},
+        "evaluate": {"--predictions_file": source, "--references_file": source},
+        "score": {"--config": config, "--features_file": source, "--predictions_file": source},
+        "average_checkpoints": {"--config": config, "--output_dir": str(out / "avg")},
+        "update_vocab": {"--config": config, "--tgt_vocab": project["user"]["data"]["target_vocabulary"],
+                         "--output_dir": str(out / "vocab")},
+        "inspect": {"--config": config, "--ids": "5 6"},
+    }[command]
+
+
+def option_cases(directory):
+    rng = random.Random(SEED)
+    cases = []
+    for command, parser in parsers().items():
+        for action in parser._actions:
+            if not action.option_strings or action.dest == "help":
+                continue
+            option = action.option_strings[-1]
+            for value in option_values(action, directory, rng):
+                cases.append((command, option, value))
+    return cases
+
+
+def test_every_option_holds_up_to_hostile_values(project, files, tmp_path, capsys):
+    import shutil
+
+    failures, counted, ran = [], {}, {}
+    tables = parsers()
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for command, option, value in option_cases(files):
+            counted[(command, option)] = counted.get((command, option), 0) + 1
+            arguments = dict(base_argv(command, project, tmp_path))
+            arguments[option] = value
+            argv = [command] + [part for name, given in arguments.items()
+                                for part in ([name] if given is None else [name, given])]
+            try:
+                tables[command].parse_args(argv[1:])
+                accepted = True
+            except SystemExit:
+                accepted = False
+            if accepted:  # runs the command for real: a bounded number of them
+                if command == "train" or ran.get((command, option), 0) >= CASES_PER_OPTION:
+                    continue
+                ran[(command, option)] = ran.get((command, option), 0) + 1
+            capsys.readouterr()
+            signal.alarm(TIME_LIMIT)
+            try:
+                code = run.main(argv)
+            except Hang:
+                code = "hang"
+            finally:
+                signal.alarm(0)
+            err = capsys.readouterr().err
+            shutil.rmtree(tmp_path / "out", ignore_errors=True)
+            lines = [line for line in err.splitlines() if line.startswith("error:")]
+            case = f"{command} {option} {value!r:.50}"
+            if code == "hang" or "Traceback" in err or code not in (0, 2):
+                failures.append(f"{case}: exit {code}: {err.strip().splitlines()[-1:] if err.strip() else ''}")
+            elif code == 2 and accepted and len(lines) != 1:
+                failures.append(f"{case}: {len(lines)} error lines: {err[-300:]}")
+            elif code == 2 and not accepted and "error:" not in err:
+                failures.append(f"{case}: no error line")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert not failures, "\n".join(failures[:40])
+    expected = {(c, a.option_strings[-1]) for c, p in tables.items() for a in p._actions
+                if a.option_strings and a.dest != "help"}
+    assert set(counted) == expected  # every option of every command got cases
+
+
+def test_nan_and_infinity_are_refused_for_every_float_key(files):
+    base = {"model_dir": str(files / "run"), "model": dict(TINY_MODEL)}
+    for key, leaf in leaves():
+        if leaf.kind != "float":
+            continue
+        for value in (math.nan, math.inf, -math.inf):
+            user = copy.deepcopy(base)
+            set_key(user, key, value)
+            with pytest.raises(UserError, match=key.split(".")[-1]):
+                build_config(user)
