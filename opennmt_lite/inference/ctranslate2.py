@@ -14,6 +14,7 @@ import json
 import os
 import sys
 
+import numpy as np
 from tqdm import tqdm
 
 from opennmt_lite.data.vocab import UNK_TOKEN
@@ -34,7 +35,7 @@ def translate_options(options):
         max_decoding_length=int(options.maximum_decoding_length),
         min_decoding_length=int(options.minimum_decoding_length),
         # CTranslate2 adds its coverage term to every hypothesis at every step; OpenNMT-tf (and
-        # opennmt-lite) only to hypotheses already finished: beams can differ (see README).
+        # opennmt-lite) only to hypotheses already finished: beams can differ (docs/opennmt-tf.md).
         coverage_penalty=0.0 if beam == 1 else float(options.coverage_penalty),
         # (0: the whole distribution, as here; seeded by `translate_file`)
         sampling_topk=int(options.sampling_topk),
@@ -119,8 +120,6 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
     inference.translate.translate_file, decoding with `translator` in the same batches.
     `unk_token`: the model's unknown token (`unknown_token(path)`). With `alignments`, CTranslate2's
     attention [target tokens, source tokens] (its source width is the sentence's own)."""
-    import numpy as np
-
     data = inference_input
     arguments = dict(translate_options(options), return_attention=bool(alignments))
     if options.sampling_topk != 1:
