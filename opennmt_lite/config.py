@@ -273,6 +273,10 @@ class ScoreConfig:
     batch_size: int = key("int", 64, minimum=1)
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
+    # OpenNMT-tf's score options (see opennmt_lite.inference.score): each token's cross-entropy,
+    # the decoder's alignment of each token.
+    with_token_level: bool = key("bool", False)
+    with_alignments: str = key("str", None, choices=("hard", "soft"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -441,8 +445,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "eval.max_exports_to_keep": "exporting during training is not implemented",
     "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "score.with_token_level": "token-level scores are not implemented",
-    "score.with_alignments": "alignment output is not implemented",
     "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
 }
 
