@@ -189,6 +189,10 @@ class ParamsConfig:
     decoding_noise: tuple = key("list")
     decoding_subword_token: str = key("str", "￭", nullable=False)
     decoding_subword_token_is_spacer: bool = key("bool")
+    # Yang et al. (2019) as OpenNMT-tf trains it: the training loss becomes the max-margin loss
+    # between each batch's targets and their copies with one word omitted (training/step.py).
+    contrastive_learning: bool = key("bool", False, nullable=False)
+    max_margin_eta: float = key("float", 0.1, minimum=0, nullable=False)
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -435,8 +439,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "params.regularization": "weight regularization is not implemented",
     "params.guided_alignment_type": "guided alignment is not implemented",
     "params.guided_alignment_weight": "guided alignment is not implemented",
-    "params.contrastive_learning": "contrastive learning is not implemented",
-    "params.max_margin_eta": "contrastive learning is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",
     "train.moving_average_decay": "weight moving averages are not implemented",
     "train.pad_to_bucket_boundary": "use train.pad_to_multiple",

@@ -11,7 +11,7 @@ Every draw comes from the NumPy `Generator` passed in, so a seeded run repeats e
 
 import numpy as np
 
-UNKNOWN_TOKEN = "<unk>"
+from opennmt_lite.data.vocab import UNK_TOKEN as UNKNOWN_TOKEN
 
 
 def tokens_to_words(tokens, subword_token="￭", is_spacer=None):
@@ -127,3 +127,22 @@ class WordNoiser:
         for noise in self.noises:
             words = noise(words, rng)
         return [token for word in words for token in word]
+
+
+class NoisyIds:
+    """`noiser` over id sequences: ids -> tokens of `vocabulary` -> noise -> ids. An
+    out-of-vocabulary piece takes part by its `<unk>` form (OpenNMT-tf's noise sees the piece
+    itself, which differs only in where a word starts around it)."""
+
+    def __init__(self, vocabulary, noiser):
+        self.vocabulary = vocabulary
+        self.noiser = noiser
+
+    def __call__(self, ids, rng):
+        return self.vocabulary.lookup(self.noiser(self.vocabulary.to_tokens(ids), rng))
+
+
+def contrastive_negatives(vocabulary, subword_token="￭", is_spacer=None):
+    """The negative targets of `params.contrastive_learning` (Yang et al., 2019, CL_one, as
+    OpenNMT-tf builds them): each target with one word omitted."""
+    return NoisyIds(vocabulary, WordNoiser([WordOmission(1)], subword_token, is_spacer))
