@@ -170,3 +170,31 @@ def test_decoding_noise_with_alignments_is_refused(tmp_path, capsys):
     assert run.main(["infer", "--config", path, "--features_file",
                      str(ONMT_FIXTURE / "test.first8.tok.en")]) == 2
     assert "infer.with_alignments cannot be used with params.decoding_noise" in capsys.readouterr().err
+
+
+def test_infer_ctranslate2_noises_its_tokens(tmp_path):
+    """`infer --ctranslate2` noises CTranslate2's tokens as `infer` does: the same noiser and
+    draws over the same hypotheses (a stand-in translator returns the fixture's translations)."""
+    import types
+
+    from opennmt_lite import build
+    from opennmt_lite.config import load_config
+    from opennmt_lite.inference import ctranslate2
+
+    plain = (ONMT_FIXTURE / "pred.first8.beam1.tok.de").read_text(encoding="utf-8").splitlines()
+    config = load_config(fixture_config(tmp_path, {"beam_width": 1, "decoding_subword_token": "▁",
+                                                   "decoding_noise": [{"permutation": 3}, {"dropout": 0.2}]}))
+    lines = iter(plain)
+
+    class Translator:
+        def translate_batch(self, sources, **arguments):
+            return [types.SimpleNamespace(hypotheses=[next(lines).split()], scores=[-1.0])
+                    for _ in sources]
+
+    assets = build.assets(config.data)
+    data = build.inference_input(str(ONMT_FIXTURE / "test.first8.tok.en"), config.infer, assets)
+    options = build.decoding_options(config.params, config.infer, seed=11)
+    results = ctranslate2.translate_file(Translator(), assets, data, options, progress=False)
+    rng, noiser = np.random.default_rng(11), options.noiser()
+    assert [r[0][0] for r in results] == [" ".join(noiser(line.split(), rng)) for line in plain]
+    assert sum(r[0][0] != line for r, line in zip(results, plain)) >= 4
