@@ -143,8 +143,9 @@ def optimizer(params, dtype_policy="float32"):
     return result
 
 
-def training_inputs(data, train, assets, strategy):
-    """One `TrainingInput` per replica this process drives, each reading its own shard."""
+def training_inputs(data, train, assets, strategy, negatives=None):
+    """One `TrainingInput` per replica this process drives, each reading its own shard.
+    `negatives`: contrastive learning's (`contrastive_negatives`)."""
     from opennmt_lite.training.distribute import replica_shards
 
     inputs = []
@@ -162,9 +163,20 @@ def training_inputs(data, train, assets, strategy):
             shuffle=True, seed=train.seed, repeat=not train.single_pass,
             pad_to_multiple=train.pad_to_multiple,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
-            num_shards=num_shards, shard_index=shard_index,
+            num_shards=num_shards, shard_index=shard_index, negatives=negatives,
         ))
     return inputs
+
+
+def contrastive_negatives(params, assets):
+    """The negative targets of `params.contrastive_learning` (one word omitted, words cut by
+    params.decoding_subword_token), or None without it."""
+    from opennmt_lite.data.noise import contrastive_negatives as negatives
+
+    if not params.contrastive_learning:
+        return None
+    return negatives(assets.target_vocabulary, params.decoding_subword_token,
+                     params.decoding_subword_token_is_spacer)
 
 
 def evaluation_input(data, eval_config, assets):
@@ -257,12 +269,14 @@ def trainer(config, with_evaluation=None):
         transformer = model(config.model, built_assets)
         built_optimizer = optimizer(config.params, train.dtype_policy)
         built_optimizer.build(transformer.trainable_variables)
-    inputs = training_inputs(config.data, train, built_assets, strategy)
+    inputs = training_inputs(config.data, train, built_assets, strategy,
+                             negatives=contrastive_negatives(config.params, built_assets))
     step = TrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
         average_loss_in_time=config.params.average_loss_in_time,
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
+        max_margin_eta=config.params.max_margin_eta if config.params.contrastive_learning else None,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
     result.restore()  # (before the evaluator, which starts from the step restored)

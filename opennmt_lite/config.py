@@ -182,6 +182,17 @@ class ParamsConfig:
     maximum_decoding_length: int = key("int", 250, minimum=1, nullable=False)
     minimum_decoding_length: int = key("int", 0, minimum=0, nullable=False)
     num_hypotheses: int = key("int", minimum=1)
+    # Word noise on the translations (back-translation): a list of {dropout: p},
+    # {replacement: [p, filler]}, {permutation: k}, over words cut by the subword token below
+    # (opennmt_lite.data.noise; checked by _finalize_decoding_noise). The subword token is also
+    # what contrastive_learning's omitted words are cut by.
+    decoding_noise: tuple = key("list")
+    decoding_subword_token: str = key("str", "￭", nullable=False)
+    decoding_subword_token_is_spacer: bool = key("bool")
+    # Yang et al. (2019) as OpenNMT-tf trains it: the training loss becomes the max-margin loss
+    # between each batch's targets and their copies with one word omitted (training/step.py).
+    contrastive_learning: bool = key("bool", False, nullable=False)
+    max_margin_eta: float = key("float", 0.1, minimum=0, nullable=False)
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -273,6 +284,10 @@ class ScoreConfig:
     batch_size: int = key("int", 64, minimum=1)
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
+    # OpenNMT-tf's score options (see opennmt_lite.inference.score): each token's cross-entropy,
+    # the decoder's alignment of each token.
+    with_token_level: bool = key("bool", False)
+    with_alignments: str = key("str", None, choices=("hard", "soft"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -422,13 +437,8 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
-    "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
-    "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
-    "params.decoding_noise": "decoding noise is not implemented",
     "params.guided_alignment_type": "guided alignment is not implemented",
     "params.guided_alignment_weight": "guided alignment is not implemented",
-    "params.contrastive_learning": "contrastive learning is not implemented",
-    "params.max_margin_eta": "contrastive learning is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",
     "train.moving_average_decay": "weight moving averages are not implemented",
     "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
@@ -441,8 +451,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "eval.max_exports_to_keep": "exporting during training is not implemented",
     "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "score.with_token_level": "token-level scores are not implemented",
-    "score.with_alignments": "alignment output is not implemented",
     "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
 }
 
@@ -550,6 +558,53 @@ def _finalize_params(params, model, train, source):
         params["average_loss_in_time"] = train["batch_type"] == "tokens"
 
 
+# params.decoding_noise: each module's name -> (minimum, maximum) number of arguments.
+NOISE_ARGUMENTS = {"dropout": (1, 1), "replacement": (1, 2), "permutation": (1, 1)}
+NOISE_EXAMPLE = "[{dropout: 0.1}, {replacement: [0.1, ⦅unk⦆]}, {permutation: 3}]"
+
+
+def _finalize_decoding_noise(params, infer, source):
+    """OpenNMT-tf's list of single-key mappings -> ((name, (arguments...)), ...), names in lower
+    case (as OpenNMT-tf reads them); probabilities in [0, 1], distances integers >= 0."""
+    if not params["decoding_subword_token"]:
+        raise ConfigError(f"{source}: params.decoding_subword_token must not be empty")
+    modules = params["decoding_noise"]
+    if not modules:
+        params["decoding_noise"] = ()
+        return
+    result = []
+    for i, module in enumerate(modules):
+        where = f"{source}: params.decoding_noise[{i}]"
+        if not isinstance(module, dict) or len(module) != 1:
+            raise ConfigError(f"{where}: expected one {{module: arguments}} mapping, e.g. "
+                              f"{NOISE_EXAMPLE}; got {module!r}")
+        name, arguments = next(iter(module.items()))
+        name = str(name).lower()
+        arguments = arguments if isinstance(arguments, list) else [arguments]
+        if name not in NOISE_ARGUMENTS:
+            raise ConfigError(f"{where}: unknown noise module {name!r} (one of "
+                              f"{', '.join(NOISE_ARGUMENTS)})")
+        low, high = NOISE_ARGUMENTS[name]
+        if not low <= len(arguments) <= high:
+            raise ConfigError(f"{where}: {name} takes {low if low == high else f'{low} or {high}'} "
+                              f"argument(s), got {arguments!r}")
+        first = arguments[0]
+        if name == "permutation":
+            if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+                raise ConfigError(f"{where}: permutation's maximum distance must be an integer "
+                                  f">= 0, got {first!r}")
+        elif isinstance(first, bool) or not isinstance(first, (int, float)) or not 0 <= first <= 1:
+            raise ConfigError(f"{where}: {name}'s probability must be a number in [0, 1], got {first!r}")
+        if len(arguments) == 2 and not (isinstance(arguments[1], str) and arguments[1]):
+            raise ConfigError(f"{where}: replacement's filler must be a token (a non-empty "
+                              f"string), got {arguments[1]!r}")
+        result.append((name, tuple(arguments)))
+    if infer["with_alignments"]:
+        raise ConfigError(f"{source}: infer.with_alignments cannot be used with "
+                          "params.decoding_noise (noisy translations have no alignment, as in OpenNMT-tf)")
+    params["decoding_noise"] = tuple(result)
+
+
 def _finalize(config, source):
     model, params, train, evaluation = config["model"], config["params"], config["train"], config["eval"]
     _finalize_model(model, source)
@@ -568,6 +623,7 @@ def _finalize(config, source):
     except ValueError as error:
         raise ConfigError(f"{source}: model: {error}") from None
     _finalize_params(params, model, train, source)
+    _finalize_decoding_noise(params, config["infer"], source)
     if params["num_hypotheses"] is None:
         params["num_hypotheses"] = config["infer"]["n_best"]
     if config["infer"]["n_best"] > params["beam_width"]:

@@ -9,7 +9,9 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
   source_ids [B, Ts], source_length [B], target_ids_in [B, Tt] (`<s>` + ids),
   target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
 
-(evaluation adds `index` [B] int64, the 0-based line of each example). Inference elements:
+(evaluation adds `index` [B] int64, the 0-based line of each example; training with
+contrastive learning adds the negative targets, noisy_target_ids_in, noisy_target_ids_out and
+noisy_target_length, laid out as the target ones). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
 """
@@ -21,17 +23,21 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.data import batching
-from opennmt_lite.data.corpus import load_monolingual_corpus, load_parallel_corpus
+from opennmt_lite.data.corpus import RaggedIds, load_monolingual_corpus, load_parallel_corpus
 from opennmt_lite.data.vocab import BOS_ID, EOS_ID
 
 logger = logging.getLogger("opennmt_lite")
 
+# (the negatives' random stream, apart from the shuffling's [seed, epoch])
+NEGATIVES_STREAM = 0x6e6567
+
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def batch_signature(with_index=False):
+def batch_signature(with_index=False, negatives=False):
     """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
-    serves every shape (`index` [B] int64: the evaluation batches' line numbers)."""
+    serves every shape (`index` [B] int64: the evaluation batches' line numbers; `negatives`:
+    contrastive learning's noisy targets)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -41,7 +47,29 @@ def batch_signature(with_index=False):
     }
     if with_index:
         spec["index"] = tf.TensorSpec([None], tf.int64)
+    if negatives:
+        for name in NEGATIVE_KEYS:
+            spec[name] = spec[name[len("noisy_"):]]
     return spec
+
+
+NEGATIVE_KEYS = ("noisy_target_ids_in", "noisy_target_ids_out", "noisy_target_length")
+
+
+def pad_negatives(corpus, indices, negatives, rng, pad_to_multiple=1):
+    """The NEGATIVE_KEYS of a batch: `negatives(ids, rng)` of each target of `indices`, padded
+    as the targets are (`<s>` + ids, ids + `</s>`, pieces + 1)."""
+    noisy = [np.asarray(negatives(corpus.target[int(i)], rng), np.int32) for i in indices]
+    lengths = np.array([len(ids) for ids in noisy], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ragged = RaggedIds(np.concatenate(noisy) if noisy else np.zeros(0, np.int32), offsets)
+    rows = np.arange(len(noisy))
+    time = int(batching.round_up(int(lengths.max(initial=0)) + 1, pad_to_multiple))
+    return {
+        "noisy_target_ids_in": ragged.padded(rows, time, prefix=BOS_ID),
+        "noisy_target_ids_out": ragged.padded(rows, time, suffix=EOS_ID),
+        "noisy_target_length": (lengths + 1).astype(np.int32),
+    }
 
 
 def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
@@ -111,6 +139,9 @@ class TrainingInput:
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
+      negatives: contrastive learning's negative targets (a callable (ids, rng) -> ids, e.g.
+        noise.contrastive_negatives), added to each batch (NEGATIVE_KEYS), drawn from the
+        seed and the batch's number in the stream, so a resumed run draws the same.
 
     Same seed, same arguments: the same batches in the same order, every time the dataset is
     iterated. Without shuffling, one pass yields every kept example exactly once (with
@@ -123,7 +154,8 @@ class TrainingInput:
                  batch_size_multiple=1, scheme="sorted", length_bucket_width=1,
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
-                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True):
+                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True,
+                 negatives=None):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -159,6 +191,7 @@ class TrainingInput:
         self.pad_to_multiple = pad_to_multiple
         self.batch_overhead = batch_overhead
         self.accum_steps = int(accum_steps)
+        self.negatives = negatives
         self.dropped_remainder = 0  # examples left out at the end of the last single pass
 
     # -- plans ------------------------------------------------------------------------------
@@ -240,15 +273,22 @@ class TrainingInput:
     def numpy_batches(self, num_epochs=None, skip_batches=0):
         """Padded NumPy batches (dicts; tuples of dicts with accum_steps > 1). `skip_batches`
         counts single batches (accum_steps of them per group); see index_batches."""
-        batches = (pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
-                   for indices in self.index_batches(num_epochs, skip_batches))
+        batches = (self._pad(number, indices) for number, indices in
+                   enumerate(self.index_batches(num_epochs, skip_batches), start=skip_batches))
         if self.accum_steps > 1:
             return group_batches(batches, self.accum_steps)
         return batches
 
+    def _pad(self, number, indices):
+        batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
+        if self.negatives is not None:
+            rng = np.random.default_rng([self.seed, NEGATIVES_STREAM, number])
+            batch.update(pad_negatives(self.corpus, indices, self.negatives, rng, self.pad_to_multiple))
+        return batch
+
     @property
     def element_spec(self):
-        return (batch_signature(),) * self.accum_steps
+        return (batch_signature(negatives=self.negatives is not None),) * self.accum_steps
 
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of

@@ -1,4 +1,5 @@
-"""Token-level cross-entropy with label smoothing, as OpenNMT-tf computes it."""
+"""Token-level cross-entropy with label smoothing, and the max-margin loss of contrastive
+learning, as OpenNMT-tf computes them."""
 
 import tensorflow as tf
 
@@ -37,3 +38,11 @@ def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing
     token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
     weights = tf.sequence_mask(sequence_length, maxlen=tf.shape(labels)[1], dtype=tf.float32)
     return tf.reduce_sum(token_loss * weights), tf.reduce_sum(weights)
+
+
+def max_margin_loss(true_sum, true_tokens, negative_sum, negative_tokens, eta=0.1):
+    """OpenNMT-tf's `max_margin_loss` (Yang et al., 2019) of one batch, from the summed
+    cross-entropies (no label smoothing) and token counts of the true targets and of their
+    negatives (all [] float32): max(true_sum / true_tokens - negative_sum / negative_tokens + eta,
+    0), a scalar for the whole batch (the token-averaged NLLs of the batch, not per example)."""
+    return tf.maximum(true_sum / true_tokens - negative_sum / negative_tokens + eta, 0.0)

@@ -19,6 +19,12 @@ forward and backward passes share no op until the gradients are added, so Tensor
 inter-op threads run them side by side. On a CPU with few cores, n single-threaded passes keep
 the cores busier than one pass whose small ops are each split over all cores (see
 `configure_threads`). The gradient is the same sum over the same tokens.
+
+With contrastive learning (`max_margin_eta` set; OpenNMT-tf's `params.contrastive_learning`),
+the training loss of a batch is instead OpenNMT-tf's max-margin loss, a scalar per batch (its
+sub-batches' sums added before the division), and its normalizer 1: the update is the mean of
+the accumulated batches' gradients, as OpenNMT-tf divides by accum_steps * replicas when the
+loss returns no sample size. Evaluation keeps the cross-entropy, as in OpenNMT-tf.
 """
 
 import logging
@@ -28,7 +34,7 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
-from opennmt_lite.training.losses import cross_entropy_sequence_loss
+from opennmt_lite.training.losses import cross_entropy_sequence_loss, max_margin_loss
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -42,6 +48,19 @@ def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
     )
     normalizer = tokens if average_loss_in_time else tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
     return loss, normalizer
+
+
+def contrastive_sums(model, batch, training):
+    """-> (true NLL sum, true tokens, negative NLL sum, negative tokens) of one batch: one encoder
+    pass, the decoder run on the targets and on their negatives (noisy_target_*)."""
+    memory = model.encode(batch["source_ids"], batch["source_length"], training=training)
+    sums = []
+    for prefix in ("", "noisy_"):
+        logits, _ = model.decode(batch[prefix + "target_ids_in"], batch[prefix + "target_length"],
+                                 memory, batch["source_length"], training=training)
+        sums.extend(cross_entropy_sequence_loss(
+            logits, batch[prefix + "target_ids_out"], batch[prefix + "target_length"]))
+    return tuple(sums)
 
 
 def split_batch(batch, parts):
@@ -59,21 +78,32 @@ def split_batch(batch, parts):
         part["source_ids"] = part["source_ids"][:, :source_time]
         part["target_ids_in"] = part["target_ids_in"][:, :target_time]
         part["target_ids_out"] = part["target_ids_out"][:, :target_time]
+        if "noisy_target_length" in part:
+            noisy_time = tf.maximum(tf.reduce_max(part["noisy_target_length"]), 0)
+            for name in ("noisy_target_ids_in", "noisy_target_ids_out"):
+                part[name] = part[name][:, :noisy_time]
         slices.append(part)
     return slices
 
 
-def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1):
+def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1,
+                    max_margin_eta=None):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
     Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
-    slices of the batch (split_batch), computed independently (see the module docstring)."""
+    slices of the batch (split_batch), computed independently (see the module docstring).
+    `max_margin_eta`: contrastive learning's loss instead (normalizer 1)."""
     scaled = inner_optimizer(optimizer) is not optimizer
     with tf.GradientTape() as tape:
         parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
-        losses, normalizers = zip(*(
-            compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
-            for part in parts))
-        loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
+        if max_margin_eta is not None:
+            sums = zip(*(contrastive_sums(model, part, training=True) for part in parts))
+            loss = max_margin_loss(*(tf.add_n(list(terms)) for terms in sums), eta=max_margin_eta)
+            normalizer = tf.constant(1.0)
+        else:
+            losses, normalizers = zip(*(
+                compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
+                for part in parts))
+            loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
         objective = optimizer.scale_loss(loss) if scaled else loss
     return tape.gradient(objective, model.trainable_variables), loss, normalizer
 
@@ -126,8 +156,11 @@ class TrainStep:
     """
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
-                 average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1):
+                 average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
+                 max_margin_eta=None):
         self.model = model
+        # (None: the cross-entropy; else contrastive learning's max-margin loss, see above)
+        self.max_margin_eta = max_margin_eta
         self.sub_batches = sub_batches
         self.optimizer = optimizer
         self.accum_steps = accum_steps
@@ -146,14 +179,15 @@ class TrainStep:
             self.normalizer = tf.Variable(0.0, **local)
         # XLA compiles the single-device functions; cross-device collectives stay outside it.
         jit = (jit_compile and not self.distributed) or None
-        signature = (tuple(batch_signature() for _ in range(self.replicas)),)
+        negatives = max_margin_eta is not None
+        signature = (tuple(batch_signature(negatives=negatives) for _ in range(self.replicas)),)
         self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
         self._apply = tf.function(self._apply_fn, jit_compile=jit)
 
     def _replica_accumulate(self, batch):
         grads, loss, normalizer = batch_gradients(
             self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
-            self.sub_batches)
+            self.sub_batches, self.max_margin_eta)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
