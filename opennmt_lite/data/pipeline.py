@@ -9,7 +9,8 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
   source_ids [B, Ts], source_length [B], target_ids_in [B, Tt] (`<s>` + ids),
   target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
 
-(evaluation adds `index` [B] int64, the 0-based line of each example). Inference elements:
+(evaluation adds `index` [B] int64, the 0-based line of each example; training with
+`data.example_weights` adds `example_weight` [B] float32). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
 """
@@ -29,9 +30,10 @@ logger = logging.getLogger("opennmt_lite")
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def batch_signature(with_index=False):
+def batch_signature(with_index=False, with_weight=False):
     """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
-    serves every shape (`index` [B] int64: the evaluation batches' line numbers)."""
+    serves every shape (`index` [B] int64: the evaluation batches' line numbers;
+    `example_weight` [B] float32: the training examples' loss weights)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -41,6 +43,8 @@ def batch_signature(with_index=False):
     }
     if with_index:
         spec["index"] = tf.TensorSpec([None], tf.int64)
+    if with_weight:
+        spec["example_weight"] = tf.TensorSpec([None], tf.float32)
     return spec
 
 
@@ -60,6 +64,8 @@ def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
     }
     if with_index:
         batch["index"] = corpus.line_index[indices]
+    if corpus.weights is not None:
+        batch["example_weight"] = corpus.weights[indices]
     return batch
 
 
@@ -248,7 +254,7 @@ class TrainingInput:
 
     @property
     def element_spec(self):
-        return (batch_signature(),) * self.accum_steps
+        return (batch_signature(with_weight=self.corpus.weights is not None),) * self.accum_steps
 
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of
