@@ -201,3 +201,47 @@ def test_weighted_files_in_the_config(tmp_path):
             "model": {"num_layers": 1, "num_units": 8, "num_heads": 2, "ffn_inner_dim": 8},
             "data": {"train_features_file": ["a", "b"], "train_labels_file": ["c", "d"],
                      "train_files_weights": [1, 1]}})))
+
+
+def training_config(tmp_path, files, name, max_step):
+    from training_helpers import TINY_MODEL
+
+    weights_files = []
+    for k in range(2):
+        path = tmp_path / f"weights{k}.txt"
+        path.write_text("".join(f"{0.5 + (i % 3) / 2}\n" for i in range(300)))
+        weights_files.append(str(path))
+    return build_config({
+        "model_dir": str(tmp_path / name),
+        "data": {"train_features_file": files["features"][:2],
+                 "train_labels_file": files["labels"][:2], "train_files_weights": [3, 1],
+                 "example_weights": weights_files, "source_vocabulary": files["vocabulary"],
+                 "target_vocabulary": files["vocabulary"]},
+        "model": {**TINY_MODEL, "num_layers": 1},
+        "params": {"optimizer": "Adam", "learning_rate": 0.001, "label_smoothing": 0.1},
+        "train": {"batch_type": "tokens", "batch_size": 64, "effective_batch_size": 128,
+                  "length_bucket_width": 1, "sample_buffer_size": 50, "max_step": max_step,
+                  "save_checkpoints_steps": 2, "seed": 5, "average_last_checkpoints": 0,
+                  "sub_batches": 1},
+        "eval": {"steps": 0},
+    })
+
+
+def test_training_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path, files):
+    """Weighted files and example weights through `run.py train`'s builder: stopped at step 3
+    (its checkpoint holds the data position), resumed to step 6, the weights equal a straight
+    run's to 6 steps (about 3 sampler windows of 50 draws are crossed)."""
+    import tensorflow as tf
+
+    from opennmt_lite import build
+
+    straight = build.trainer(training_config(tmp_path, files, "straight", 6))
+    assert straight.run()["step"] == 6
+    assert build.trainer(training_config(tmp_path, files, "resumed", 3)).run()["step"] == 3
+    resumed = build.trainer(training_config(tmp_path, files, "resumed", 6))
+    assert resumed.step == 3 and int(resumed.groups_done.numpy()) == 3
+    assert resumed.run()["step"] == 6
+    reader = tf.train.load_checkpoint(str(tmp_path / "resumed" / "checkpoints"))
+    assert reader.get_tensor("data/groups_done/.ATTRIBUTES/VARIABLE_VALUE") == 6
+    for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
