@@ -245,3 +245,32 @@ def test_training_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path
     assert reader.get_tensor("data/groups_done/.ATTRIBUTES/VARIABLE_VALUE") == 6
     for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+
+
+def cli_config(tmp_path, files, **data):
+    user = {"model_dir": str(tmp_path / "run"),
+            "model": {"num_layers": 1, "num_units": 8, "num_heads": 2, "ffn_inner_dim": 8},
+            "data": {"train_features_file": files["features"][:2],
+                     "train_labels_file": files["labels"][:2], "train_files_weights": [1, 2],
+                     "source_vocabulary": str(tmp_path / "src.txt"),
+                     "target_vocabulary": str(tmp_path / "tgt.txt"), **data},
+            "train": {"batch_size": 64, "max_step": 1, "sample_buffer_size": 100}}
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(user))
+    return str(path)
+
+
+def test_build_vocab_reads_every_training_file_and_bad_weights_exit_2(tmp_path, files, capsys):
+    import run
+
+    weights = [tmp_path / "w0.txt", tmp_path / "w1.txt"]
+    weights[0].write_text("1\n" * 300)
+    weights[1].write_text("1\n" * 150 + "one\n" + "1\n" * 149)
+    config = cli_config(tmp_path, files, example_weights=[str(w) for w in weights])
+    assert run.main(["build-vocab", "--config", config]) == 0
+    assert (tmp_path / "src.txt").read_text().split("\n")[3:5] == ["a", "b"]  # both files
+    capsys.readouterr()
+    assert run.main(["train", "--config", config]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
+    assert err == [f"error: data.example_weights {weights[1]}, line 151: 'one' is not a finite "
+                   "number"]
