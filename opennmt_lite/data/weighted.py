@@ -142,6 +142,7 @@ class WeightedSampler:
         self.seed = int(seed)
         self._starts = [np.zeros(len(self.examples_of_lines), dtype=np.int64)]  # per window
         self._lock = threading.Lock()
+        self._orders = {}  # file -> (pass, its order): the pass being read, drawn once
 
     def rng(self, window):
         return np.random.default_rng([self.seed, window])
@@ -159,11 +160,18 @@ class WeightedSampler:
                 self._starts.append(self._starts[-1] + counts)
             return self._starts[window].copy()
 
+    def _pass_order(self, file, number):
+        """The shard lines of `file` in the order of its pass `number`."""
+        cached = self._orders.get(file)
+        if cached is None or cached[0] != number:
+            size = len(self.examples_of_lines[file])
+            cached = (number, np.random.default_rng([self.seed, file, number]).permutation(size))
+            self._orders[file] = cached
+        return cached[1]
+
     def _file_order(self, file, passes):
         """The shard lines of `file` in the order of its passes `passes` (one permutation each)."""
-        size = len(self.examples_of_lines[file])
-        return np.concatenate([np.random.default_rng([self.seed, file, p]).permutation(size)
-                               for p in passes])
+        return np.concatenate([self._pass_order(file, p) for p in passes])
 
     def window_examples(self, window):
         """(example indices of the window in draw order (dropped lines left out), the rng that
