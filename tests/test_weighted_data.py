@@ -204,6 +204,8 @@ def test_weighted_files_in_the_config(tmp_path):
 
 
 def training_config(tmp_path, files, name, max_step):
+    """A `run.py train` config file: files a and b drawn 3:1, with example weights, a 1-layer
+    model, windows of 50 draws (6 steps cross about 3 of them)."""
     from training_helpers import TINY_MODEL
 
     weights_files = []
@@ -211,7 +213,7 @@ def training_config(tmp_path, files, name, max_step):
         path = tmp_path / f"weights{k}.txt"
         path.write_text("".join(f"{0.5 + (i % 3) / 2}\n" for i in range(300)))
         weights_files.append(str(path))
-    return build_config({
+    user = {
         "model_dir": str(tmp_path / name),
         "data": {"train_features_file": files["features"][:2],
                  "train_labels_file": files["labels"][:2], "train_files_weights": [3, 1],
@@ -221,30 +223,42 @@ def training_config(tmp_path, files, name, max_step):
         "params": {"optimizer": "Adam", "learning_rate": 0.001, "label_smoothing": 0.1},
         "train": {"batch_type": "tokens", "batch_size": 64, "effective_batch_size": 128,
                   "length_bucket_width": 1, "sample_buffer_size": 50, "max_step": max_step,
-                  "save_checkpoints_steps": 2, "seed": 5, "average_last_checkpoints": 0,
-                  "sub_batches": 1},
+                  "save_checkpoints_steps": 2, "save_summary_steps": 1, "seed": 5,
+                  "average_last_checkpoints": 0, "sub_batches": 1},
         "eval": {"steps": 0},
-    })
+    }
+    path = tmp_path / f"{name}.yml"
+    path.write_text(yaml.safe_dump(user))
+    return str(path), user["model_dir"]
 
 
-def test_training_resumed_from_a_checkpoint_equals_an_uninterrupted_run(tmp_path, files):
-    """Weighted files and example weights through `run.py train`'s builder: stopped at step 3
-    (its checkpoint holds the data position), resumed to step 6, the weights equal a straight
-    run's to 6 steps (about 3 sampler windows of 50 draws are crossed)."""
-    import tensorflow as tf
+def test_training_killed_then_resumed_equals_an_uninterrupted_run(tmp_path, files):
+    """Weighted files and example weights through `run.py train`: SIGKILLed after step 4 (its
+    checkpoints hold the data position), run again to step 7, the weights equal a straight
+    run's, bit for bit (as tests/test_interruption.py checks for one file)."""
+    import subprocess
 
-    from opennmt_lite import build
+    from test_interruption import ENV, RUN, final_weights, wait_for_step
 
-    straight = build.trainer(training_config(tmp_path, files, "straight", 6))
-    assert straight.run()["step"] == 6
-    assert build.trainer(training_config(tmp_path, files, "resumed", 3)).run()["step"] == 3
-    resumed = build.trainer(training_config(tmp_path, files, "resumed", 6))
-    assert resumed.step == 3 and int(resumed.groups_done.numpy()) == 3
-    assert resumed.run()["step"] == 6
-    reader = tf.train.load_checkpoint(str(tmp_path / "resumed" / "checkpoints"))
-    assert reader.get_tensor("data/groups_done/.ATTRIBUTES/VARIABLE_VALUE") == 6
-    for a, b in zip(straight.model.trainable_variables, resumed.model.trainable_variables):
-        np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=a.path)
+    straight_config, straight_dir = training_config(tmp_path, files, "straight", 7)
+    subprocess.run(RUN + [straight_config], env=ENV, check=True, capture_output=True, timeout=300)
+    config, model_dir = training_config(tmp_path, files, "killed", 7)
+    process = subprocess.Popen(RUN + [config], env=ENV, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        wait_for_step(model_dir, 5, process)
+    finally:
+        process.kill()
+        process.wait(timeout=60)
+    result = subprocess.run(RUN + [config], env=ENV, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "step 7" in result.stderr and "step 1 " not in result.stderr  # resumed, not restarted
+    straight, _ = final_weights(straight_dir)
+    resumed, reader = final_weights(model_dir)
+    assert reader.get_tensor("data/groups_done/.ATTRIBUTES/VARIABLE_VALUE") == 7
+    assert straight.keys() == resumed.keys()
+    for name in straight:
+        np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
 
 
 def cli_config(tmp_path, files, **data):
