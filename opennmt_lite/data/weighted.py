@@ -210,6 +210,9 @@ class WeightedTrainingInput(TrainingInput):
                             f"{len(features_files)} training files")
         weights_files = (as_file_list(example_weights_files) if example_weights_files is not None
                          else [None] * len(features_files))
+        if len(weights_files) != len(features_files):
+            raise DataError(f"data.example_weights: {len(weights_files)} file(s) for "
+                            f"{len(features_files)} training files")
         corpora, sizes, examples_of_lines, first = [], [], [], 0
         for features, labels, weights_file in zip(features_files, labels_files, weights_files):
             corpus = load_parallel_corpus(
