@@ -91,14 +91,16 @@ def test_opennmt_probabilities_scale_weights_by_file_sizes(tmp_path):
     assert training_input.corpus.source_lengths.max() <= 20
 
 
-def test_the_stream_resumes_exactly_where_it_stopped(files):
+@pytest.mark.parametrize("scheme", ["sorted", "opennmt"])
+def test_the_stream_resumes_exactly_where_it_stopped(files, scheme):
     """A resumed input (skip_batches = what the checkpoint's data position says) yields the
     batches the uninterrupted one yields next, from every file's position."""
-    straight = weighted_input(files, [0.5, 0.25, 0.25], sample_buffer_size=700)
+    straight = weighted_input(files, [0.5, 0.25, 0.25], sample_buffer_size=700, scheme=scheme)
     stream = straight.index_batches()
     reference = [next(stream) for _ in range(400)]  # about 8 windows
     for stop in (0, 1, 57, 133, 290):
-        resumed = weighted_input(files, [0.5, 0.25, 0.25], sample_buffer_size=700)
+        resumed = weighted_input(files, [0.5, 0.25, 0.25], sample_buffer_size=700,
+                                 scheme=scheme)
         after = resumed.index_batches(skip_batches=stop)
         for expected in reference[stop:stop + 40]:
             np.testing.assert_array_equal(next(after), expected)
@@ -108,8 +110,8 @@ def test_the_stream_resumes_exactly_where_it_stopped(files):
     assert window_5.sum() == 5 * 700
     # padded NumPy batches (what the train step receives) too
     a = list(zip(range(3), straight.numpy_batches(skip_batches=10)))
-    b = list(zip(range(3), weighted_input(files, [0.5, 0.25, 0.25], sample_buffer_size=700)
-                 .numpy_batches(skip_batches=10)))
+    b = list(zip(range(3), weighted_input(files, [0.5, 0.25, 0.25], sample_buffer_size=700,
+                                          scheme=scheme).numpy_batches(skip_batches=10)))
     for (_, x), (_, y) in zip(a, b):
         assert x.keys() == y.keys()
         for name in x:
