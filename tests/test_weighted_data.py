@@ -1,6 +1,8 @@
 """Several training files sampled with `data.train_files_weights`, and `data.example_weights`:
 the shares of the files, exact resume of the stream, sharding, and the errors of bad input."""
 
+import os
+
 import numpy as np
 import pytest
 import yaml
@@ -222,7 +224,8 @@ def training_config(tmp_path, files, name, max_step):
                  "example_weights": weights_files, "source_vocabulary": files["vocabulary"],
                  "target_vocabulary": files["vocabulary"]},
         "model": {**TINY_MODEL, "num_layers": 1},
-        "params": {"optimizer": "Adam", "learning_rate": 0.001, "label_smoothing": 0.1},
+        "params": {"optimizer": "Adam", "learning_rate": 2.0, "decay_type": "NoamDecay",
+                   "decay_params": {"model_dim": 64, "warmup_steps": 4}, "label_smoothing": 0.1},
         "train": {"batch_type": "tokens", "batch_size": 64, "effective_batch_size": 128,
                   "length_bucket_width": 1, "sample_buffer_size": 50, "max_step": max_step,
                   "save_checkpoints_steps": 2, "save_summary_steps": 1, "seed": 5,
@@ -261,6 +264,11 @@ def test_training_killed_then_resumed_equals_an_uninterrupted_run(tmp_path, file
     assert straight.keys() == resumed.keys()
     for name in straight:
         np.testing.assert_array_equal(resumed[name], straight[name], err_msg=name)
+    # (and the steps move the weights well above float32 rounding: the equality means something)
+    import tensorflow as tf
+
+    early = tf.train.load_checkpoint(os.path.join(model_dir, "checkpoints", "ckpt-2"))
+    assert max(np.abs(early.get_tensor(name) - straight[name]).max() for name in straight) > 1e-2
 
 
 def cli_config(tmp_path, files, **data):
