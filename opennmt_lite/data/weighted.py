@@ -131,8 +131,9 @@ def sampling_probabilities(weights, sizes):
 class WeightedSampler:
     """The endless weighted stream of one shard, window by window.
 
-    `lines_per_file[i]`: the shard's lines of file i; `examples_of_lines[i]`: for each of them,
-    its example index in the concatenated corpus, or -1 if the filter dropped it.
+    `examples_of_lines[i]`: for each line of file i in this shard, its example index in the
+    concatenated corpus, or -1 if the filter dropped it; `probabilities[i]`: file i's share of
+    the draws; `window`: draws per window; `seed`: of every draw and every pass order.
     """
 
     def __init__(self, examples_of_lines, probabilities, window, seed):
