@@ -12,6 +12,7 @@ starts, and the dtype policy before the model is built (see `trainer`).
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 
@@ -144,14 +145,23 @@ def optimizer(params, dtype_policy="float32"):
 
 
 def training_inputs(data, train, assets, strategy, negatives=None):
-    """One `TrainingInput` per replica this process drives, each reading its own shard.
+    """One `TrainingInput` per replica this process drives, each reading its own shard: several
+    files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
     `negatives`: contrastive learning's (`contrastive_negatives`)."""
+    from opennmt_lite.data import weighted
     from opennmt_lite.training.distribute import replica_shards
 
+    files = data.train_features_file
+    sampled = data.train_files_weights is not None and not isinstance(files, str) and len(files) > 1
     inputs = []
     for num_shards, shard_index in replica_shards(strategy):
-        inputs.append(TrainingInput(
-            data.train_features_file, data.train_labels_file,
+        if sampled:
+            make = functools.partial(weighted.WeightedTrainingInput, files, data.train_labels_file,
+                                     data.train_files_weights,
+                                     example_weights_files=data.example_weights)
+        else:
+            make = functools.partial(TrainingInput, files, data.train_labels_file)
+        inputs.append(make(
             source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
             source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
             batch_size=train.batch_size, batch_type=train.batch_type,
@@ -165,6 +175,8 @@ def training_inputs(data, train, assets, strategy, negatives=None):
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
             num_shards=num_shards, shard_index=shard_index, negatives=negatives,
         ))
+        if not sampled:
+            weighted.with_example_weights(inputs[-1].corpus, data.example_weights, files)
     return inputs
 
 
@@ -277,6 +289,7 @@ def trainer(config, with_evaluation=None):
         average_loss_in_time=config.params.average_loss_in_time,
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
         max_margin_eta=config.params.max_margin_eta if config.params.contrastive_learning else None,
+        example_weights=config.data.example_weights is not None,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
     result.restore()  # (before the evaluator, which starts from the step restored)

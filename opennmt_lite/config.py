@@ -40,7 +40,7 @@ LARGEST_INT = 2**31 - 1  # the largest integer a config value or command-line nu
 class Key:
     """A leaf of the schema: its YAML kind, default, allowed values and lower bound."""
 
-    kind: str  # "int", "float", "bool", "str", "path", "dict", "list"
+    kind: str  # "int", "float", "bool", "str", "path", "paths", "dict", "list"
     default: typing.Any = None
     choices: tuple = None
     minimum: float = None
@@ -102,8 +102,12 @@ class Tokenization:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    train_features_file: str = key("path")
-    train_labels_file: str = key("path")
+    # A path, or a list of paths (tuples once loaded): several training files, concatenated, or
+    # sampled with `train_files_weights` (see opennmt_lite/data/weighted.py).
+    train_features_file: str = key("paths")
+    train_labels_file: str = key("paths")
+    train_files_weights: tuple = key("list")
+    example_weights: str = key("paths")  # one float per training line (per training file)
     eval_features_file: str = key("path")
     eval_labels_file: str = key("path")
     source_vocabulary: str = key("path")
@@ -362,7 +366,7 @@ AUTO_CONFIG = {
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
 PATH_KEYS = (
     "train_features_file", "train_labels_file", "eval_features_file", "eval_labels_file",
-    "source_vocabulary", "target_vocabulary",
+    "source_vocabulary", "target_vocabulary", "example_weights",
 )
 
 
@@ -403,6 +407,11 @@ def _check(value, leaf, where):
             raise ConfigError(f"{where}: {str(value)[:20]}... is too large a number") from None
         if not math.isfinite(value):  # (.nan, .inf: every float key is a finite quantity)
             raise ConfigError(f"{where}: expected a finite number, got {value}")
+    elif kind == "paths":
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return value
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a path or a non-empty list of paths, got {value!r}")
     elif kind in ("str", "path"):
         if kind == "str" and where.endswith("mixed_precision") and isinstance(value, bool):
             value = str(value).lower()
@@ -428,7 +437,6 @@ def _check(value, leaf, where):
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
     "data.train_alignments": "guided alignment is not implemented",
-    "data.train_files_weights": "weighted multiple training files are not implemented",
     "data.source_embedding": "pretrained embeddings are not implemented",
     "data.target_embedding": "pretrained embeddings are not implemented",
     "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
@@ -650,11 +658,52 @@ def _finalize(config, source):
     model_dir = config["model_dir"]
     data = config["data"]
     for name in PATH_KEYS:
-        data[name] = _resolve_path(data.get(name), model_dir)
+        value = data.get(name)
+        data[name] = ([_resolve_path(v, model_dir) for v in value] if isinstance(value, list)
+                      else _resolve_path(value, model_dir))
+    _finalize_training_files(data, train, source)
     for side in TOKENIZATION_KEYS:
         if data[side] is not None:
             data[side] = _finalize_tokenization(data[side], f"data.{side}", source, model_dir)
     return config
+
+
+def _files(value):
+    return value if isinstance(value, list) else [value]
+
+
+def _finalize_training_files(data, train, source):
+    """The cross-field checks of several training files, their weights and example weights
+    (the counts of lines are checked when the files are read: opennmt_lite/data/weighted.py)."""
+    features, labels = data["train_features_file"], data["train_labels_file"]
+    if features is not None and labels is not None and len(_files(features)) != len(_files(labels)):
+        raise ConfigError(
+            f"{source}: data.train_features_file lists {len(_files(features))} file(s) but "
+            f"data.train_labels_file {len(_files(labels))}: they must pair up")
+    count = len(_files(features)) if features is not None else None
+    weights = data["train_files_weights"]
+    if weights is not None:
+        where = f"{source}: data.train_files_weights"
+        for weight in weights:
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ConfigError(f"{where}: expected a list of numbers, got {weight!r}")
+            if weight < 0:
+                raise ConfigError(f"{where}: weights cannot be negative, got {weight}")
+        if count is not None and len(weights) != count:
+            raise ConfigError(f"{where}: {len(weights)} weight(s) for {count} training file(s) "
+                              f"(data.train_features_file): give one weight per file")
+        if not any(weights):
+            raise ConfigError(f"{where}: all weights are zero: no file would be read")
+        if train["single_pass"] and count and count > 1:
+            raise ConfigError(f"{source}: train.single_pass cannot be used with "
+                              "data.train_files_weights (weighted files are sampled endlessly, "
+                              "as in OpenNMT-tf)")
+        data["train_files_weights"] = [float(w) for w in weights]
+    example_weights = data["example_weights"]
+    if example_weights is not None and count is not None and len(_files(example_weights)) != count:
+        raise ConfigError(
+            f"{source}: data.example_weights lists {len(_files(example_weights))} file(s) for "
+            f"{count} training file(s): give one example weights file per training file")
 
 
 TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")

@@ -11,7 +11,8 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
 
 (evaluation adds `index` [B] int64, the 0-based line of each example; training with
 contrastive learning adds the negative targets, noisy_target_ids_in, noisy_target_ids_out and
-noisy_target_length, laid out as the target ones). Inference elements:
+noisy_target_length, laid out as the target ones; `data.example_weights` adds
+`example_weight` [B] float32). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
 """
@@ -34,10 +35,11 @@ NEGATIVES_STREAM = 0x6e6567
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def batch_signature(with_index=False, negatives=False):
+def batch_signature(with_index=False, negatives=False, with_weight=False):
     """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
     serves every shape (`index` [B] int64: the evaluation batches' line numbers; `negatives`:
-    contrastive learning's noisy targets)."""
+    contrastive learning's noisy targets; `example_weight` [B] float32: the training examples'
+    loss weights)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -50,6 +52,8 @@ def batch_signature(with_index=False, negatives=False):
     if negatives:
         for name in NEGATIVE_KEYS:
             spec[name] = spec[name[len("noisy_"):]]
+    if with_weight:
+        spec["example_weight"] = tf.TensorSpec([None], tf.float32)
     return spec
 
 
@@ -88,6 +92,8 @@ def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
     }
     if with_index:
         batch["index"] = corpus.line_index[indices]
+    if corpus.weights is not None:
+        batch["example_weight"] = corpus.weights[indices]
     return batch
 
 
@@ -288,7 +294,8 @@ class TrainingInput:
 
     @property
     def element_spec(self):
-        return (batch_signature(negatives=self.negatives is not None),) * self.accum_steps
+        return (batch_signature(negatives=self.negatives is not None,
+                                with_weight=self.corpus.weights is not None),) * self.accum_steps
 
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of

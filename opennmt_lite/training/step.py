@@ -40,13 +40,21 @@ logger = logging.getLogger("opennmt_lite")
 
 
 def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
-    """-> (summed loss, normalizer) of one batch."""
+    """-> (summed loss, normalizer) of one batch. With example weights (`example_weight` [B]),
+    OpenNMT-tf's: each example's token losses are scaled by its weight, and the normalizer is the
+    weighted token count (`average_loss_in_time`) or the sum of the weights."""
     logits, _ = model(batch, training=training)
+    weight = batch.get("example_weight")
     loss, tokens = cross_entropy_sequence_loss(
         logits, batch["target_ids_out"], batch["target_length"],
-        label_smoothing=label_smoothing, training=training,
+        label_smoothing=label_smoothing, training=training, example_weight=weight,
     )
-    normalizer = tokens if average_loss_in_time else tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
+    if average_loss_in_time:
+        normalizer = tokens
+    elif weight is not None:
+        normalizer = tf.reduce_sum(weight)
+    else:
+        normalizer = tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
     return loss, normalizer
 
 
@@ -157,7 +165,7 @@ class TrainStep:
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
-                 max_margin_eta=None):
+                 max_margin_eta=None, example_weights=False):
         self.model = model
         # (None: the cross-entropy; else contrastive learning's max-margin loss, see above)
         self.max_margin_eta = max_margin_eta
@@ -180,7 +188,9 @@ class TrainStep:
         # XLA compiles the single-device functions; cross-device collectives stay outside it.
         jit = (jit_compile and not self.distributed) or None
         negatives = max_margin_eta is not None
-        signature = (tuple(batch_signature(negatives=negatives) for _ in range(self.replicas)),)
+        # (`example_weights`: the batches carry `example_weight`, data.example_weights)
+        signature = (tuple(batch_signature(negatives=negatives, with_weight=example_weights)
+                           for _ in range(self.replicas)),)
         self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
         self._apply = tf.function(self._apply_fn, jit_compile=jit)
 
