@@ -160,7 +160,7 @@ def training_inputs(data, train, assets, strategy):
             maximum_features_length=train.maximum_features_length,
             maximum_labels_length=train.maximum_labels_length,
             shuffle=True, seed=train.seed, repeat=not train.single_pass,
-            pad_to_multiple=train.pad_to_multiple,
+            pad_to_multiple=train.pad_to_multiple, pad_to_bucket_boundary=train.pad_to_bucket_boundary,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
             num_shards=num_shards, shard_index=shard_index,
         ))
@@ -222,6 +222,10 @@ def warn_surprises(train, num_replicas=1):
             "uses one batch per replica, %d %s in all, more than asked", train.effective_batch_size,
             train.batch_size, f" x {num_replicas} replicas" if num_replicas > 1 else "", per_step,
             train.batch_type)
+    if train.pad_to_bucket_boundary and not train.length_bucket_width:
+        logger.warning("train.pad_to_bucket_boundary has no effect without train.length_bucket_width "
+                       "(no length buckets; as in OpenNMT-tf, batches are padded to their longest "
+                       "sequence)")
     if train.dtype_policy == "mixed_bfloat16":
         features = cpu.cpu_features()
         if not features.native_bfloat16 and not cpu.gpu_present():

@@ -11,7 +11,9 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
 
 (evaluation adds `index` [B] int64, the 0-based line of each example). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
-to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
+to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes;
+with `pad_to_bucket_boundary`, a training batch's two sides are first padded to the same length,
+its length bucket's upper bound (OpenNMT-tf's train.pad_to_bucket_boundary).
 """
 
 import concurrent.futures
@@ -44,13 +46,15 @@ def batch_signature(with_index=False):
     return spec
 
 
-def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
-    """The padded NumPy batch (dict) of corpus examples `indices`."""
+def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False, bucket_width=None):
+    """The padded NumPy batch (dict) of corpus examples `indices`; `bucket_width`: both sides
+    padded to the length bucket boundary (see batching.padded_lengths)."""
     indices = np.asarray(indices, dtype=np.int64)
     source_length = corpus.source.lengths[indices]
     target_pieces = corpus.target.lengths[indices]
-    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
-    target_time = int(batching.round_up(int(target_pieces.max()) + 1, pad_to_multiple))
+    source_time, target_time = batching.padded_lengths(
+        int(source_length.max()), int(target_pieces.max()) + 1, pad_to_multiple, bucket_width)
+    source_time, target_time = max(int(source_time), 1), int(target_time)
     batch = {
         "source_ids": corpus.source.padded(indices, source_time),
         "source_length": source_length.astype(np.int32),
@@ -108,6 +112,8 @@ class TrainingInput:
       repeat: True = endless (each epoch reshuffled), False = one pass.
       num_shards, shard_index: keep lines i with i % num_shards == shard_index.
       pad_to_multiple: round padded lengths up to a multiple of this.
+      pad_to_bucket_boundary: OpenNMT-tf's: both sides of a batch padded to the length bucket
+        boundary (a multiple of length_bucket_width; see batching.py).
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
@@ -123,7 +129,8 @@ class TrainingInput:
                  batch_size_multiple=1, scheme="sorted", length_bucket_width=1,
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
-                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True):
+                 pad_to_multiple=1, pad_to_bucket_boundary=False, batch_overhead=0.15,
+                 accum_steps=1, drop_empty_target=True):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -157,6 +164,8 @@ class TrainingInput:
         self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
         self.repeat = repeat
         self.pad_to_multiple = pad_to_multiple
+        # (no width, no buckets: OpenNMT-tf then pads to the longest sequence too)
+        self.bucket_width = length_bucket_width if pad_to_bucket_boundary else None
         self.batch_overhead = batch_overhead
         self.accum_steps = int(accum_steps)
         self.dropped_remainder = 0  # examples left out at the end of the last single pass
@@ -175,7 +184,7 @@ class TrainingInput:
             batch_size_multiple=self.batch_size_multiple,
             length_bucket_width=self.length_bucket_width,
             sample_buffer_size=self.sample_buffer_size, pad_to_multiple=self.pad_to_multiple,
-            batch_overhead=self.batch_overhead,
+            pad_to_bucket_boundary=bool(self.bucket_width), batch_overhead=self.batch_overhead,
         )
 
     def _plan(self, planner, epoch, final):
@@ -184,11 +193,17 @@ class TrainingInput:
         if self.scheme == "opennmt":
             order = (batching.opennmt_shuffle(examples, self.sample_buffer_size, rng)
                      if self.shuffle else examples)
-            return batching.plan_opennmt_batches(
+            batches = batching.plan_opennmt_batches(
                 order, self.corpus.source_lengths, self.corpus.target_lengths,
                 batch_size=self.batch_size, batch_type=self.batch_type,
                 batch_size_multiple=self.batch_size_multiple,
-                length_bucket_width=self.length_bucket_width), np.zeros(0, np.int64)
+                length_bucket_width=self.length_bucket_width,
+                pad_to_bucket_boundary=bool(self.bucket_width))
+            dropped = np.zeros(0, np.int64)
+            if final and self.bucket_width:  # (the partial buckets OpenNMT-tf drops)
+                kept = np.concatenate(batches) if batches else dropped
+                dropped = np.setdiff1d(order, kept)
+            return batches, dropped
         order = examples[rng.permutation(len(examples))] if self.shuffle else examples
         return planner.plan_epoch(order, rng=rng, final=final)
 
@@ -217,9 +232,11 @@ class TrainingInput:
                     future = submit(epoch + 1)
                 if len(dropped):
                     self.dropped_remainder = len(dropped)
-                    logger.info(
-                        "%d example(s) left out at the end of the pass: fewer than "
-                        "batch_size_multiple=%d", len(dropped), self.batch_size_multiple)
+                    reason = ("in length buckets left partial (train.pad_to_bucket_boundary, "
+                              "as OpenNMT-tf)" if self.scheme == "opennmt" else
+                              f"fewer than batch_size_multiple={self.batch_size_multiple}")
+                    logger.info("%d example(s) left out at the end of the pass: %s",
+                                len(dropped), reason)
                 if skip_batches >= len(batches):
                     skip_batches -= len(batches)
                 else:
@@ -240,7 +257,8 @@ class TrainingInput:
     def numpy_batches(self, num_epochs=None, skip_batches=0):
         """Padded NumPy batches (dicts; tuples of dicts with accum_steps > 1). `skip_batches`
         counts single batches (accum_steps of them per group); see index_batches."""
-        batches = (pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
+        batches = (pad_parallel_batch(self.corpus, indices, self.pad_to_multiple,
+                                      bucket_width=self.bucket_width)
                    for indices in self.index_batches(num_epochs, skip_batches))
         if self.accum_steps > 1:
             return group_batches(batches, self.accum_steps)
