@@ -1,6 +1,7 @@
 """train.pad_to_bucket_boundary: batches padded as OpenNMT-tf 2.32 pads them, value for value
 (tests/fixtures/onmt_bucket_boundary: its batches of a small corpus, see the README there)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -71,3 +72,27 @@ def test_sorted_scheme_pads_both_sides_to_the_width_within_the_budget():
     planner = SortedPlanner([3, 9], [6, 2], batch_size=100, length_bucket_width=4,
                             pad_to_bucket_boundary=True)
     assert planner.padded_source.tolist() == planner.padded_target.tolist() == [8, 12]
+
+
+def test_the_config_key_reaches_the_training_input(tmp_path, caplog):
+    from opennmt_lite import build
+    from opennmt_lite.config import build_config
+
+    arguments = ONMT_BATCHES["tokens"]["arguments"]
+    vocabulary = str(FIXTURE / "vocab.txt")
+    user = {"model_dir": str(tmp_path), "auto_config": False, "model": {"preset": "TransformerTiny"},
+            "data": {"train_features_file": str(FIXTURE / "train.src"),
+                     "train_labels_file": str(FIXTURE / "train.tgt"),
+                     "source_vocabulary": vocabulary, "target_vocabulary": vocabulary},
+            "train": {"batching": "opennmt", "sample_buffer_size": 0, "single_pass": True,
+                      "pad_to_bucket_boundary": True,
+                      **{k: arguments[k] for k in ("batch_size", "batch_type", "batch_size_multiple",
+                                                   "length_bucket_width", "maximum_features_length",
+                                                   "maximum_labels_length")}}}
+    config = build_config(user)
+    (training,) = build.training_inputs(config.data, config.train, build.assets(config.data), None)
+    assert training.bucket_width == 5
+    ours = [batch["source_ids"].tolist() for batch in training.numpy_batches()]
+    assert ours == [batch["source_ids"] for batch in ONMT_BATCHES["tokens"]["batches"]]
+    build.warn_surprises(dataclasses.replace(config.train, length_bucket_width=0))
+    assert "train.pad_to_bucket_boundary has no effect without train.length_bucket_width" in caplog.text
