@@ -119,17 +119,26 @@ def run_user(tmp_path_factory):
     return user, sides
 
 
-def test_frozen_table_does_not_move_the_trainable_one_does(run_user):
+@pytest.fixture(scope="module")
+def trained(run_user):
+    """(trainer after 2 steps, {side: its table as loaded})."""
     user, sides = run_user
     trainer = build.trainer(build_config(user))
+    loaded = {side: getattr(trainer.model, f"{side}_inputter").embedding.numpy().copy()
+              for side in sides}
+    assert trainer.run()["step"] == 2
+    return trainer, loaded
+
+
+def test_frozen_table_does_not_move_the_trainable_one_does(run_user, trained):
+    user, sides = run_user
+    trainer, loaded = trained
     tables = {side: getattr(trainer.model, f"{side}_inputter").embedding for side in sides}
-    loaded = {side: table.numpy().copy() for side, table in tables.items()}
     for side, rows in sides.items():  # the file's vectors, in the rows of their tokens
         assert len(rows) > 100
         for row, vector in rows.items():
             np.testing.assert_array_equal(loaded[side][row], vector)
     assert not tables["source"].trainable and tables["target"].trainable
-    assert trainer.run()["step"] == 2
     np.testing.assert_array_equal(tables["source"].numpy(), loaded["source"])
     moved = np.abs(tables["target"].numpy() - loaded["target"]).max(axis=1) > 0
     assert moved[list(sides["target"])].sum() > 10
@@ -180,3 +189,26 @@ def test_embedding_size_mismatch_is_one_line_exit_2(run_user, tmp_path, capsys):
     errors = capsys.readouterr().err.strip().splitlines()
     assert errors[-1] == (f"error: data.source_embedding: {path}, line 1: the header gives vectors "
                           "of 65 values, but the model's embedding size (model.num_units) is 64")
+
+
+def test_update_vocab_remaps_a_frozen_table(run_user, trained, tmp_path):
+    """The frozen table is a weight like the others: update_vocab moves its rows (it has no
+    Adam moments to move)."""
+    from opennmt_lite.checkpointing import store
+    from opennmt_lite.training.vocab_update import update_vocab, vocabulary_mapping
+
+    user, _ = run_user
+    config = build_config(user)
+    old = Vocabulary.from_file(user["data"]["source_vocabulary"])
+    new = Vocabulary(old.tokens[:3] + old.tokens[:2:-1][5:] + ["zzz_new"])
+    new_path = tmp_path / "new-src-vocab.txt"
+    new.save(new_path)
+    frozen = store.read(store.latest(config.model_dir), ["model/source_inputter/embedding"])
+    written = update_vocab(config, str(tmp_path / "updated"), str(new_path), None,
+                           build.training_checkpoint)
+    (table,) = store.read(written, ["model/source_inputter/embedding"]).values()
+    mapping = np.array(vocabulary_mapping(old, new))
+    assert table.shape == (new.num_ids, 64) and (mapping == -1).sum() == 1
+    np.testing.assert_array_equal(table[mapping >= 0],
+                                  frozen["model/source_inputter/embedding"][mapping[mapping >= 0]])
+    assert not table[mapping == -1].any()  # (a new token: a zero row, as OpenNMT-tf)
