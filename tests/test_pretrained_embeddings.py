@@ -212,3 +212,30 @@ def test_update_vocab_remaps_a_frozen_table(run_user, trained, tmp_path):
     np.testing.assert_array_equal(table[mapping >= 0],
                                   frozen["model/source_inputter/embedding"][mapping[mapping >= 0]])
     assert not table[mapping == -1].any()  # (a new token: a zero row, as OpenNMT-tf)
+
+
+def test_a_run_resumed_with_the_table_unfrozen_trains_it(run_user, trained, tmp_path):
+    """trainable: false, then true on resume: the checkpoint has no Adam moments for the table,
+    which start at zero (as in OpenNMT-tf); everything else is restored."""
+    import shutil
+
+    from opennmt_lite.checkpointing.names import named_trainable, optimizer_state
+
+    user, _ = run_user
+    trainer, _ = trained
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(user["model_dir"], model_dir)
+    data = dict(user["data"], source_embedding=dict(user["data"]["source_embedding"], trainable=True))
+    train = dict(user["train"], max_step=3, save_checkpoints_steps=100)
+    resumed = build.trainer(build_config(dict(user, model_dir=model_dir, data=data, train=train)))
+    assert resumed.step == 2
+    table = resumed.model.source_inputter.embedding
+    before = table.numpy().copy()
+    np.testing.assert_array_equal(before, trainer.model.source_inputter.embedding.numpy())
+    state = optimizer_state(resumed.optimizer, named_trainable(resumed.model))
+    assert not state["m/source_inputter/embedding"].numpy().any()
+    np.testing.assert_array_equal(state["m/target_inputter/embedding"].numpy(),
+                                  optimizer_state(trainer.optimizer, named_trainable(trainer.model))
+                                  ["m/target_inputter/embedding"].numpy())
+    resumed.run()
+    assert (table.numpy() != before).any()
