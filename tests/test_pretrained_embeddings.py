@@ -122,7 +122,7 @@ def run_user(tmp_path_factory):
             "model": {"num_layers": 1, "num_units": 32, "num_heads": 2, "ffn_inner_dim": 32},
             "params": {"optimizer": "Adam", "learning_rate": 0.01},
             "train": {"batch_type": "tokens", "batch_size": 512, "max_step": 2,
-                      "save_checkpoints_steps": 2, "sub_batches": 1, "seed": 7}}
+                      "save_checkpoints_steps": 1, "sub_batches": 1, "seed": 7}}
     return user, sides
 
 
@@ -245,3 +245,17 @@ def test_a_run_resumed_with_the_table_unfrozen_trains_it(run_user, trained, tmp_
                                   ["m/target_inputter/embedding"].numpy())
     resumed.run()
     assert (table.numpy() != before).any()
+
+
+def test_average_of_a_frozen_run_keeps_the_table(run_user, trained, tmp_path):
+    """average_checkpoints builds the run's optimizer state (no moments for a frozen table) and
+    averages the weights: the frozen table, equal in every checkpoint, stays as it was."""
+    from opennmt_lite.checkpointing import store
+    from opennmt_lite.commands.average_checkpoints import average
+
+    user, _ = run_user
+    trainer, loaded = trained
+    written = average(build_config(user), str(tmp_path / "avg"), 2)
+    assert os.path.basename(written) == "ckpt-2"
+    (table,) = store.read(written, ["model/source_inputter/embedding"]).values()
+    np.testing.assert_array_equal(table, loaded["source"])
