@@ -16,6 +16,7 @@ and the messages stay ours, naming the file and the key path the way OpenNMT-tf 
 import copy
 import dataclasses
 import difflib
+import logging
 import math
 import os
 import types
@@ -26,6 +27,8 @@ import yaml
 from opennmt_lite.errors import UserError
 from opennmt_lite.hyperparameters import (
     ARCHITECTURE, FFN_ACTIVATIONS, POSITION_ENCODINGS, PRESETS, SHARE_EMBEDDINGS, ModelHyperparameters)
+
+logger = logging.getLogger("opennmt_lite")
 
 
 class ConfigError(UserError, ValueError):
@@ -101,6 +104,19 @@ class Tokenization:
 
 
 @dataclasses.dataclass(frozen=True)
+class Embedding:
+    """A `data.*_embedding` section: OpenNMT-tf's pretrained word vectors (a text file, one
+    `word v1 ... vN` per line, after a `count N` header line unless `with_header: false`), read
+    into the embedding table when training starts from scratch (opennmt_lite/data/embeddings.py).
+    `trainable: false` keeps the table at the file's values."""
+
+    path: str = key("path", nullable=False)
+    with_header: bool = key("bool", True, nullable=False)
+    case_insensitive: bool = key("bool", True, nullable=False)
+    trainable: bool = key("bool", True, nullable=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class DataConfig:
     # A path, or a list of paths (tuples once loaded): several training files, concatenated, or
     # sampled with `train_files_weights` (see opennmt_lite/data/weighted.py).
@@ -114,6 +130,9 @@ class DataConfig:
     target_vocabulary: str = key("path")
     source_tokenization: Tokenization = section(Tokenization, optional=True)
     target_tokenization: Tokenization = section(Tokenization, optional=True)
+    source_embedding: Embedding = section(Embedding, optional=True)
+    target_embedding: Embedding = section(Embedding, optional=True)
+    export_vocabulary_assets: bool = key("bool")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,6 +231,8 @@ class TrainConfig:
     length_bucket_width: int = key("int", 2, minimum=0)
     batching: str = key("str", "sorted", choices=("sorted", "opennmt"))
     pad_to_multiple: int = key("int", 1, minimum=1)
+    # OpenNMT-tf's: both sides of a batch padded to the length bucket's upper bound.
+    pad_to_bucket_boundary: bool = key("bool", False, nullable=False)
     maximum_features_length: int = key("int", minimum=1)
     maximum_labels_length: int = key("int", minimum=1)
     sample_buffer_size: int = key("int", 500000)
@@ -228,6 +249,10 @@ class TrainConfig:
     seed: int = key("int", 1234)
     num_devices: int = key("int", 1, minimum=1)
     single_pass: bool = key("bool", False)
+    # Accepted, without effect (INEFFECTIVE_ONMT_KEYS):
+    prefetch_buffer_size: int = key("int")
+    num_threads: int = key("int")
+    batch_autotune_mode: bool = key("bool")
 
     @property
     def dtype_policy(self):
@@ -265,8 +290,11 @@ class EvalConfig:
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
     scorers: tuple = key("list", [], nullable=False)
+    # OpenNMT-tf's older name of `scorers` (moved there by _finalize_scorers).
+    external_evaluators: tuple = key("list")
     early_stopping: EarlyStopping = section(EarlyStopping, optional=True)
     save_eval_predictions: bool = key("bool", False)
+    prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,6 +309,7 @@ class InferConfig:
     # first maximum_features_length tokens, with a warning naming it, rather than exhausting the
     # memory (self-attention grows with the square of the length). null: no limit.
     maximum_features_length: int = key("int", 1024, minimum=1)
+    prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,6 +321,7 @@ class ScoreConfig:
     # the decoder's alignment of each token.
     with_token_level: bool = key("bool", False)
     with_alignments: str = key("str", None, choices=("hard", "soft"))
+    prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,23 +467,15 @@ def _check(value, leaf, where):
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
     "data.train_alignments": "guided alignment is not implemented",
-    "data.source_embedding": "pretrained embeddings are not implemented",
-    "data.target_embedding": "pretrained embeddings are not implemented",
     "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
     "data.source_sequence_controls": "sequence controls are not implemented",
     "data.target_sequence_controls": "sequence controls are not implemented",
-    "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
     "params.guided_alignment_type": "guided alignment is not implemented",
     "params.guided_alignment_weight": "guided alignment is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",
     "train.moving_average_decay": "weight moving averages are not implemented",
-    "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
-    "train.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "train.num_threads": "tokenization runs in batches (no per-example threads)",
-    "train.batch_autotune_mode": "batch size autotuning is not implemented",
-    "eval.external_evaluators": "write eval.scorers (bleu, chrf)",
     "eval.export_on_best": "exporting during training is not implemented (run.py export)",
     "eval.export_format": "exporting during training is not implemented (run.py export)",
     "eval.max_exports_to_keep": "exporting during training is not implemented",
@@ -461,6 +483,35 @@ UNSUPPORTED_ONMT_KEYS = {
     "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
 }
+
+
+# OpenNMT-tf 2.32 keys that only tune its own tf.data input pipeline or SavedModel layout:
+# accepted, each with one warning line at load (`ineffective_keys`) saying why it does nothing.
+PREFETCH = "it sizes OpenNMT-tf's tf.data prefetch buffer; "
+INEFFECTIVE_ONMT_KEYS = {
+    "data.export_vocabulary_assets": (
+        "the SavedModel export always holds its vocabularies as asset files (OpenNMT-tf's default, "
+        "true) and copies them under assets.extra/; its signatures are the same either way"),
+    "train.prefetch_buffer_size": PREFETCH + "training batches are prefetched automatically",
+    "train.num_threads": ("it sets OpenNMT-tf's per-example tf.data threads; here the data is "
+                          "tokenized once, in batches, before training"),
+    "train.batch_autotune_mode": (
+        "it is OpenNMT-tf's internal mode for searching the largest batch size that fits in "
+        "memory (batch_size: 0), which opennmt-lite does not do"),
+    "eval.prefetch_buffer_size": PREFETCH + "eval batches are prepared as they are used",
+    "infer.prefetch_buffer_size": PREFETCH + "infer batches are prepared as they are used",
+    "score.prefetch_buffer_size": PREFETCH + "score batches are prepared as they are used",
+}
+
+
+def ineffective_keys(config):
+    """[(key, reason)] of the INEFFECTIVE_ONMT_KEYS that `config` sets (to a non-null value)."""
+    found = []
+    for name, reason in INEFFECTIVE_ONMT_KEYS.items():
+        section, field = name.split(".")
+        if getattr(getattr(config, section), field) is not None:
+            found.append((name, reason))
+    return found
 
 
 def _validate(user, schema, prefix, source):
@@ -641,10 +692,7 @@ def _finalize(config, source):
         )
     if train["batch_type"] == "tokens" and not train.get("length_bucket_width"):
         raise ConfigError(f"{source}: train.length_bucket_width must be set with batch_type: tokens")
-    evaluation["scorers"] = scorers = [str(s).lower() for s in evaluation["scorers"]]
-    unknown = [s for s in scorers if s not in SCORERS]
-    if unknown:
-        raise ConfigError(f"{source}: eval.scorers: unknown scorer(s) {unknown}; available: {sorted(SCORERS)}")
+    scorers = _finalize_scorers(evaluation, source)
     stopping = evaluation["early_stopping"]
     if stopping is not None:
         evaluation["early_stopping"] = stopping = merge(_defaults(EarlyStopping), stopping)
@@ -665,45 +713,15 @@ def _finalize(config, source):
     for side in TOKENIZATION_KEYS:
         if data[side] is not None:
             data[side] = _finalize_tokenization(data[side], f"data.{side}", source, model_dir)
+    for side in EMBEDDING_KEYS:
+        if data[side] is not None:
+            data[side] = embedding = merge(_defaults(Embedding), data[side])
+            if not embedding["path"]:
+                raise ConfigError(f"{source}: data.{side}.path must name the embedding file")
+            embedding["path"] = _resolve_path(embedding["path"], model_dir)
     return config
 
 
-def _files(value):
-    return value if isinstance(value, list) else [value]
-
-
-def _finalize_training_files(data, train, source):
-    """The cross-field checks of several training files, their weights and example weights
-    (the counts of lines are checked when the files are read: opennmt_lite/data/weighted.py)."""
-    features, labels = data["train_features_file"], data["train_labels_file"]
-    if features is not None and labels is not None and len(_files(features)) != len(_files(labels)):
-        raise ConfigError(
-            f"{source}: data.train_features_file lists {len(_files(features))} file(s) but "
-            f"data.train_labels_file {len(_files(labels))}: they must pair up")
-    count = len(_files(features)) if features is not None else None
-    weights = data["train_files_weights"]
-    if weights is not None:
-        where = f"{source}: data.train_files_weights"
-        for weight in weights:
-            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
-                raise ConfigError(f"{where}: expected a list of numbers, got {weight!r}")
-            if weight < 0:
-                raise ConfigError(f"{where}: weights cannot be negative, got {weight}")
-        if count is not None and len(weights) != count:
-            raise ConfigError(f"{where}: {len(weights)} weight(s) for {count} training file(s) "
-                              f"(data.train_features_file): give one weight per file")
-        if not any(weights):
-            raise ConfigError(f"{where}: all weights are zero: no file would be read")
-        if train["single_pass"] and count and count > 1:
-            raise ConfigError(f"{source}: train.single_pass cannot be used with "
-                              "data.train_files_weights (weighted files are sampled endlessly, "
-                              "as in OpenNMT-tf)")
-        data["train_files_weights"] = [float(w) for w in weights]
-    example_weights = data["example_weights"]
-    if example_weights is not None and count is not None and len(_files(example_weights)) != count:
-        raise ConfigError(
-            f"{source}: data.example_weights lists {len(_files(example_weights))} file(s) for "
-            f"{count} training file(s): give one example weights file per training file")
 
 
 TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")
@@ -843,7 +861,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_config(paths, overrides=None):
     """Reads, merges and validates YAML config files; returns the complete, frozen `Config`.
 
-    `overrides` is an optional dict (e.g. from the command line) merged last.
+    `overrides` is an optional dict (e.g. from the command line) merged last. Logs one warning
+    for each INEFFECTIVE_ONMT_KEYS key set.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -875,7 +894,11 @@ def load_config(paths, overrides=None):
     if overrides:
         _validate(overrides, SCHEMA, "", "command line")
         user = merge(user, overrides)
-    return build_config(user, source=" + ".join(names) or "config")
+    source = " + ".join(names) or "config"
+    config = build_config(user, source=source)
+    for name, reason in ineffective_keys(config):
+        logger.warning("%s: %s has no effect in opennmt-lite (%s)", source, name, reason)
+    return config
 
 
 def build_config(user, source="config"):
