@@ -479,9 +479,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "eval.export_on_best": "exporting during training is not implemented (run.py export)",
     "eval.export_format": "exporting during training is not implemented (run.py export)",
     "eval.max_exports_to_keep": "exporting during training is not implemented",
-    "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
 }
 
 
@@ -722,6 +719,62 @@ def _finalize(config, source):
     return config
 
 
+def _files(value):
+    return value if isinstance(value, list) else [value]
+
+
+def _finalize_training_files(data, train, source):
+    """The cross-field checks of several training files, their weights and example weights
+    (the counts of lines are checked when the files are read: opennmt_lite/data/weighted.py)."""
+    features, labels = data["train_features_file"], data["train_labels_file"]
+    if features is not None and labels is not None and len(_files(features)) != len(_files(labels)):
+        raise ConfigError(
+            f"{source}: data.train_features_file lists {len(_files(features))} file(s) but "
+            f"data.train_labels_file {len(_files(labels))}: they must pair up")
+    count = len(_files(features)) if features is not None else None
+    weights = data["train_files_weights"]
+    if weights is not None:
+        where = f"{source}: data.train_files_weights"
+        for weight in weights:
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ConfigError(f"{where}: expected a list of numbers, got {weight!r}")
+            if weight < 0:
+                raise ConfigError(f"{where}: weights cannot be negative, got {weight}")
+        if count is not None and len(weights) != count:
+            raise ConfigError(f"{where}: {len(weights)} weight(s) for {count} training file(s) "
+                              f"(data.train_features_file): give one weight per file")
+        if not any(weights):
+            raise ConfigError(f"{where}: all weights are zero: no file would be read")
+        if train["single_pass"] and count and count > 1:
+            raise ConfigError(f"{source}: train.single_pass cannot be used with "
+                              "data.train_files_weights (weighted files are sampled endlessly, "
+                              "as in OpenNMT-tf)")
+        data["train_files_weights"] = [float(w) for w in weights]
+    example_weights = data["example_weights"]
+    if example_weights is not None and count is not None and len(_files(example_weights)) != count:
+        raise ConfigError(
+            f"{source}: data.example_weights lists {len(_files(example_weights))} file(s) for "
+            f"{count} training file(s): give one example weights file per training file")
+
+
+EMBEDDING_KEYS = ("source_embedding", "target_embedding")
+
+
+def _finalize_scorers(evaluation, source):
+    """eval.scorers as lowercase names (OpenNMT-tf's spellings: a name or a list, any case),
+    taken from eval.external_evaluators, OpenNMT-tf's older name, when that is the one set."""
+    name = "scorers"
+    if evaluation["external_evaluators"] is not None:
+        if evaluation["scorers"]:
+            raise ConfigError(f"{source}: eval.scorers and eval.external_evaluators (OpenNMT-tf's "
+                              "older name of scorers) are both set: keep one")
+        name = "external_evaluators"
+        evaluation["scorers"], evaluation["external_evaluators"] = evaluation[name], None
+    evaluation["scorers"] = scorers = [str(s).lower() for s in evaluation["scorers"]]
+    unknown = [s for s in scorers if s not in SCORERS]
+    if unknown:
+        raise ConfigError(f"{source}: eval.{name}: unknown scorer(s) {unknown}; available: {sorted(SCORERS)}")
+    return scorers
 
 
 TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")
