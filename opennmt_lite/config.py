@@ -182,6 +182,8 @@ class ParamsConfig:
     maximum_decoding_length: int = key("int", 250, minimum=1, nullable=False)
     minimum_decoding_length: int = key("int", 0, minimum=0, nullable=False)
     num_hypotheses: int = key("int", minimum=1)
+    # The length of a TFLite export's output (run.py export --format tflite); also bounds its steps.
+    tflite_output_size: int = key("int", 250, minimum=1, nullable=False)
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -429,7 +431,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "params.guided_alignment_weight": "guided alignment is not implemented",
     "params.contrastive_learning": "contrastive learning is not implemented",
     "params.max_margin_eta": "contrastive learning is not implemented",
-    "params.tflite_output_size": "TensorFlow Lite export is not implemented",
     "train.moving_average_decay": "weight moving averages are not implemented",
     "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
     "train.prefetch_buffer_size": "the input pipeline prefetches automatically",
