@@ -116,21 +116,22 @@ def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
         if maximum_source_length:
             ids = ids[:maximum_source_length]
         length = tf.math.count_nonzero(ids, dtype=tf.int32)
-
-        def decode():
-            # A batch of one sentence whose batch size is not a constant: the decoding loop's
-            # tensors must keep the shapes it gives them (rows of unknown number).
-            batch = tf.reshape(ids, tf.stack([-1, tf.size(ids)]))
-            lengths = tf.math.count_nonzero(batch, axis=1, dtype=tf.int32)
-            result = translate(embedded, batch, lengths, options)
-            tokens = tf.reshape(result.ids, [-1])  # the tokens before `</s>`
-            produced = tf.reshape(result.lengths, [])
-            padded = tf.concat([tokens, tf.zeros([output_size], tf.int32)], 0)[:output_size]
-            # `</s>` after the tokens when the hypothesis ended (fewer tokens than steps).
-            end = tf.logical_and(tf.equal(tf.range(output_size), produced), produced < steps)
-            return tf.where(end, END_ID, padded)
-
-        return tf.cond(length > 0, decode, lambda: tf.zeros([output_size], tf.int32))
+        # No id: one padding id (0 source positions would leave TFLite's ops empty tensors);
+        # the output is then 0s, below.
+        ids = tf.pad(ids, [[0, tf.maximum(1 - tf.size(ids), 0)]])
+        # A batch of one sentence whose batch size is not a constant (1 computed from the
+        # input): the decoding loop's tensors must keep the shapes it gives them.
+        rows = 1 + 0 * tf.size(ids)
+        batch = tf.reshape(ids, tf.stack([rows, tf.size(ids)]))
+        result = translate(embedded, batch, tf.reshape(length, [rows]), options)
+        tokens = tf.reshape(result.ids, [-1])  # the tokens before `</s>`
+        produced = tf.reshape(result.lengths, [])
+        padded = tf.concat([tokens, tf.zeros([output_size], tf.int32)], 0)[:output_size]
+        # `</s>` after the tokens when the hypothesis ended (fewer tokens than steps).
+        end = tf.logical_and(tf.equal(tf.range(output_size), produced), produced < steps)
+        translation = tf.where(end, END_ID, padded)
+        # Without source tokens the model would decode from fully masked attention: a guess.
+        return tf.where(length > 0, translation, tf.zeros_like(translation))
 
     with _plain_formulas():
         return translate_ids.get_concrete_function()
