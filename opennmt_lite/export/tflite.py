@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import os
 import shutil
+import tempfile
 
 import tensorflow as tf
 
@@ -119,11 +120,11 @@ def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
         # No id: one padding id (0 source positions would leave TFLite's ops empty tensors);
         # the output is then 0s, below.
         ids = tf.pad(ids, [[0, tf.maximum(1 - tf.size(ids), 0)]])
-        # A batch of one sentence whose batch size is not a constant (1 computed from the
-        # input): the decoding loop's tensors must keep the shapes it gives them.
-        rows = 1 + 0 * tf.size(ids)
-        batch = tf.reshape(ids, tf.stack([rows, tf.size(ids)]))
-        result = translate(embedded, batch, tf.reshape(length, [rows]), options)
+        # A batch of one sentence whose batch size is not a constant: the decoding loop's
+        # tensors must keep the shapes it gives them (rows of unknown number).
+        batch = tf.reshape(ids, tf.stack([-1, tf.size(ids)]))
+        lengths = tf.math.count_nonzero(batch, axis=1, dtype=tf.int32)
+        result = translate(embedded, batch, lengths, options)
         tokens = tf.reshape(result.ids, [-1])  # the tokens before `</s>`
         produced = tf.reshape(result.lengths, [])
         padded = tf.concat([tokens, tf.zeros([output_size], tf.int32)], 0)[:output_size]
@@ -167,7 +168,9 @@ def convert(concrete, quantization=None):
     frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=False)
     signature = concrete.structured_input_signature[0]
 
-    # Wrapped in a function of a module, which gives the model its `serving_default` signature.
+    # Saved as the `serving_default` signature of a module, whose SavedModel the converter
+    # reads (which gives the TFLite model that signature). Without the custom gradients
+    # (swish's, for one): they would fail the SavedModel, and inference has no use for them.
     @tf.function(input_signature=signature)
     def serving_default(*args):
         (translation,) = frozen(*args)
@@ -175,14 +178,16 @@ def convert(concrete, quantization=None):
 
     module = tf.Module()
     module.serving_default = serving_default
-    converter = tf.lite.TFLiteConverter.from_concrete_functions(
-        [serving_default.get_concrete_function()], module)
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    if quantization:
-        converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    if quantization == "float16":
-        converter.target_spec.supported_types = [tf.float16]
-    return converter.convert()
+    with tempfile.TemporaryDirectory(prefix="opennmt-lite-tflite-") as saved_model:
+        tf.saved_model.save(module, saved_model, signatures=serving_default.get_concrete_function(),
+                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantization:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantization == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
 
 
 @contextlib.contextmanager
