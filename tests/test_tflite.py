@@ -25,6 +25,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import numpy as np
 import pytest
@@ -179,6 +180,25 @@ def test_output_size_bounds_the_steps(onmt):
         tokens = result.ids[0, 0, :int(result.lengths[0, 0])].numpy().tolist()
         assert len(output) == 6 and output[:len(tokens)] == tokens
         assert output[len(tokens):] == ([2] + [0] * (5 - len(tokens)) if len(tokens) < 6 else [])
+
+
+def test_source_sequence_controls_are_added_in_the_graph(onmt):
+    """With `data.source_sequence_controls`, `<s>` and `</s>` are added to the ids given (trailing
+    0s staying padding): the same output as the ids with them, without (traced and run by
+    TensorFlow)."""
+    config, assets, *_ = onmt
+    model, _, _ = build.inference_model(config)
+    options = build.decoding_options(config.params, config.infer, 1, 1)
+    plain = tflite.translation_function(model, options)
+    controls = types.SimpleNamespace(start=True, end=True)
+    with_controls = tflite.translation_function(model, options, source_controls=controls)
+    changed = []
+    for line in SOURCE.read_text().splitlines()[:4]:
+        ids = assets.source_vocabulary.lookup(line.split())
+        expected = plain(np.concatenate([[1], ids, [2]]).astype(np.int32)).numpy()
+        assert (with_controls(np.concatenate([ids, [0, 0]]).astype(np.int32)).numpy() == expected).all()
+        changed.append((expected != plain(ids).numpy()).any())
+    assert any(changed)  # (the controls change some translations: the check can fail)
 
 
 @pytest.mark.parametrize("name", ["postnorm", "shared"])

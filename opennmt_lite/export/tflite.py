@@ -12,7 +12,8 @@ Inside: the encoder and the decoding loop of `run.py infer` (inference/decoding.
 one sentence): greedy or beam search with the config's beam width, length and coverage
 penalties and decoding lengths, at most min(maximum_decoding_length, tflite_output_size) steps
 (OpenNMT-tf's bound); a source is cut to its first `infer.maximum_features_length` ids, as infer
-cuts it; an input without a non-zero id gives an output of 0s. Tokenization and vocabulary
+cuts it, then gets the `<s>`/`</s>` of `data.source_sequence_controls`; an input without a
+non-zero id gives an output of 0s. Tokenization and vocabulary
 lookup stay outside: `translate.py`, written beside the model, does them (opennmt_lite/export/
 tflite_translate.py: ai-edge-litert and NumPy, no TensorFlow or opennmt-lite).
 
@@ -42,7 +43,7 @@ import tempfile
 import tensorflow as tf
 
 from opennmt_lite.errors import UserError
-from opennmt_lite.inference.decoding import END_ID, translate
+from opennmt_lite.inference.decoding import END_ID, START_ID, translate
 from opennmt_lite.layers import fast_paths
 
 logger = logging.getLogger("opennmt_lite")
@@ -86,8 +87,11 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
     if quantization not in FORMATS.values():
         raise ValueError(f"quantization must be one of {list(FORMATS.values())}, got {quantization!r}")
     check_options(options)
-    content = convert(translation_function(model, options, output_size, maximum_source_length),
-                      quantization)
+    # (`data.source_sequence_controls` where the config has the key: `<s>`/`</s>` the batches
+    # of `infer` give the source)
+    controls = getattr(data, "source_sequence_controls", None)
+    content = convert(translation_function(model, options, output_size, maximum_source_length,
+                                           controls), quantization)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, MODEL_FILE), "wb") as f:
         f.write(content)
@@ -105,9 +109,11 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
 
 
 def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
-                         maximum_source_length=None):
+                         maximum_source_length=None, source_controls=None):
     """The exported function, traced with the layers' plain formulas: a concrete function
-    ids int32 [source_length] -> int32 [output_size] (see the module docstring)."""
+    ids int32 [source_length] -> int32 [output_size] (see the module docstring).
+    `source_controls`: with `start` / `end` true, `<s>` / `</s>` are added to the source in the
+    graph (after the cut to `maximum_source_length`), as infer's batches have them."""
     steps = min(options.maximum_decoding_length, output_size)
     options = dataclasses.replace(options, maximum_decoding_length=steps)
     embedded = _GatherNdEmbeddings(model)
@@ -117,6 +123,13 @@ def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
         if maximum_source_length:
             ids = ids[:maximum_source_length]
         length = tf.math.count_nonzero(ids, dtype=tf.int32)
+        if source_controls is not None and source_controls.start:
+            ids = tf.concat([[START_ID], ids], 0)
+        if source_controls is not None and source_controls.end:
+            # after the last token, over the first padding 0 (or one more position)
+            ids = tf.pad(ids, [[0, 1]])
+            last = length + (1 if source_controls.start else 0)
+            ids = tf.where(tf.equal(tf.range(tf.size(ids)), last), END_ID, ids)
         # No id: one padding id (0 source positions would leave TFLite's ops empty tensors);
         # the output is then 0s, below.
         ids = tf.pad(ids, [[0, tf.maximum(1 - tf.size(ids), 0)]])
