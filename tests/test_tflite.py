@@ -8,6 +8,7 @@ translates as `run.py infer` does.
   >= 99/100 identical, float16 and dynamic range >= 95/100 (dynamic range with beam 4: 93, see
   MINIMUM_IDENTICAL). The interpreter runs every op, so a
   model holding an op it lacks fails here.
+* The same model with length and coverage penalties (beam 4): OpenNMT-tf 2.32's translations.
 * Two models trained by opennmt-lite (tests/fixtures/ct2_models: post-norm + GELU; sinusoidal +
   shared embeddings + swish, no output bias), SentencePiece text in and out: `translate.py`'s
   lines equal `run.py infer`'s.
@@ -180,6 +181,24 @@ def test_output_size_bounds_the_steps(onmt):
         tokens = result.ids[0, 0, :int(result.lengths[0, 0])].numpy().tolist()
         assert len(output) == 6 and output[:len(tokens)] == tokens
         assert output[len(tokens):] == ([2] + [0] * (5 - len(tokens)) if len(tokens) < 6 else [])
+
+
+def test_length_and_coverage_penalties_as_opennmt_tf(tmp_path):
+    """Beam 4 with length_penalty 0.6 and coverage_penalty 0.2 in the TFLite model: OpenNMT-tf
+    2.32's own translations of the 100 sentences (measured 100/100)."""
+    import yaml
+
+    config = yaml.safe_load(CONFIG.read_text())
+    config["model_dir"] = str(ONMT_FIXTURE)
+    config["params"].update(length_penalty=0.6, coverage_penalty=0.2)
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(config))
+    directory = tmp_path / "export"
+    assert run.main(["export", "--config", str(path), "--output", str(directory), "--format", "tflite"]) == 0
+    lines = run_exports({"penalties": directory}, SOURCE, tmp_path)["penalties"]["lines"]
+    reference = [line.split(" ||| ")[1] for line in
+                 (ONMT_FIXTURE / "pred.first100.beam4.coverage0.2.length0.6.scores.tok.de").read_text().splitlines()]
+    assert sum(a == b for a, b in zip(lines, reference)) >= 99
 
 
 def test_source_sequence_controls_are_added_in_the_graph(onmt):
