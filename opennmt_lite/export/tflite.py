@@ -13,16 +13,18 @@ one sentence): greedy or beam search with the config's beam width, length and co
 penalties and decoding lengths, at most min(maximum_decoding_length, tflite_output_size) steps
 (OpenNMT-tf's bound); a source is cut to its first `infer.maximum_features_length` ids, as infer
 cuts it, then gets the `<s>`/`</s>` of `data.source_sequence_controls`; an input without a
-non-zero id gives an output of 0s. Tokenization and vocabulary
-lookup stay outside: `translate.py`, written beside the model, does them (opennmt_lite/export/
-tflite_translate.py: ai-edge-litert and NumPy, no TensorFlow or opennmt-lite).
+non-zero id gives an output of 0s. Tokenization and vocabulary lookup stay outside:
+`translate.py`, written beside the model, does them for SentencePiece and pre-tokenized
+(space-separated) text (opennmt_lite/export/tflite_translate.py: ai-edge-litert and NumPy, no
+TensorFlow or opennmt-lite).
 
 How it is made: the function's variables are frozen into constants, then converted with TFLite's
 builtin ops only (the pip runtime, ai-edge-litert, has no Select-TF ops), the layers' fast paths
 off (their fused ops have no TFLite kernel). Embedding rows are read with gather_nd, as in
 OpenNMT-tf's TFLite mode: dynamic-range quantization leaves such a table in float32, where it
 would quantize a Gather's table to int8 with one scale for the whole table (measured on the
-OpenNMT-tf fixture: 94/100 greedy translations unchanged, 98/100 with float32 tables).
+OpenNMT-tf fixture, greedy: 94/100 translations identical to infer's, 98/100 with float32
+tables).
 
 Quantization: float16 stores the weights in float16 (computed in float32); dynamic_range stores
 the matrix products' weights in int8 (one scale per output channel; activations quantized on
@@ -101,6 +103,10 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
                                ("target", data.target_tokenization)):
         if tokenization and tokenization.type == "sentencepiece":
             shutil.copy(tokenization.model, os.path.join(output_dir, f"{side}.model"))
+        elif tokenization and tokenization.type != "space":
+            logger.warning("data.%s_tokenization: %s tokenization is not in %s, which reads and "
+                           "writes tokens separated by spaces: tokenize and detokenize outside",
+                           side, tokenization.type, RUNNER_FILE)
     runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflite_translate.py")
     shutil.copy(runner, os.path.join(output_dir, RUNNER_FILE))
     logger.info("exported TFLite model to %s (%.1f MB, weights %s, output size %d; %s)",
