@@ -77,7 +77,8 @@ def _export_tflite(args, config):
 
     check_directory(args.output, "--output", force_option=None)  # (never overwritten)
     options = build.decoding_options(config.params, config.infer, seed=config.train.seed)
-    tflite.check_options(options)  # before loading the model: a refusal costs nothing
+    # (before loading the model: a refusal costs nothing)
+    tflite.check_options(options, config.params.tflite_output_size)
     model, assets, _ = build.inference_model(config, args.checkpoint)
     with staged_directory(args.output, "--output") as staging:
         with writing(f"--output {args.output}", also=(tf.errors.OpError,)):

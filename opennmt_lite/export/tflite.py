@@ -61,8 +61,12 @@ class ExportError(UserError, ValueError):
     """A decoding option a TFLite model cannot run (names the key)."""
 
 
-def check_options(options):
-    """ExportError naming the first option of `options` (a DecodingOptions) TFLite cannot run."""
+def check_options(options, output_size=DEFAULT_OUTPUT_SIZE):
+    """ExportError naming the first option of `options` (a DecodingOptions) TFLite cannot run,
+    or an `output_size` (params.tflite_output_size) that is no int32 length."""
+    if not 1 <= output_size < 2**31:
+        raise ExportError(f"params.tflite_output_size {output_size}: the model's output length "
+                          "must lie in [1, 2**31)")
     if options.sampling_topk != 1:
         raise ExportError(f"params.sampling_topk {options.sampling_topk}: random sampling cannot "
                           "be exported to TFLite (its random ops have no TFLite kernel); set it "
@@ -88,7 +92,7 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
     """
     if quantization not in FORMATS.values():
         raise ValueError(f"quantization must be one of {list(FORMATS.values())}, got {quantization!r}")
-    check_options(options)
+    check_options(options, output_size)
     # (`data.source_sequence_controls` where the config has the key: `<s>`/`</s>` the batches
     # of `infer` give the source)
     controls = getattr(data, "source_sequence_controls", None)
