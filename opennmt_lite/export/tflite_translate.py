@@ -9,7 +9,8 @@ Each line is translated as `run.py infer` translates it: tokenized (SentencePiec
 export holds `source.model`, else split on ASCII whitespace), each token mapped to its line in
 `source_vocabulary.txt` (a token not in the file: the number of lines), the model run, the ids
 read up to `</s>` (2) or padding (0) and mapped back with `target_vocabulary.txt` (the number of
-lines: `<unk>`), detokenized with `target.model` or joined by spaces.
+lines: `<unk>`), detokenized with `target.model` or joined by spaces. A line without a token
+gives an empty line (infer would decode it from fully masked attention: a guess).
 """
 
 import argparse
