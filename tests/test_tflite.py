@@ -256,6 +256,13 @@ def test_options_a_tflite_model_cannot_run_are_refused(key, value, tmp_path, cap
     assert not output.exists() and os.listdir(tmp_path) == ["config.yml"]
 
 
+def test_decoding_noise_is_refused():
+    options = types.SimpleNamespace(sampling_topk=1, n_best=1, replace_unknown_target=False,
+                                    decoding_noise=(("dropout", (0.1,)),))
+    with pytest.raises(tflite.ExportError, match=r"^params\.decoding_noise: "):
+        tflite.check_options(options)
+
+
 def test_quantization_option_is_for_ctranslate2(tmp_path, capsys):
     output = tmp_path / "export"
     assert run.main(["export", "--config", str(CONFIG), "--output", str(output), "--format",

@@ -32,7 +32,8 @@ the fly), the embeddings in float32.
 
 Not exportable (ExportError, checked before anything is built or written): random sampling
 (`params.sampling_topk` != 1: its stateless random ops have no TFLite kernel), `infer.n_best` > 1
-(one output), `params.replace_unknown_target` (needs the source tokens, outside the model).
+(one output), `params.replace_unknown_target` (needs the source tokens, outside the model),
+`params.decoding_noise` (drawn on the words, outside the model).
 """
 
 import contextlib
@@ -78,6 +79,9 @@ def check_options(options, output_size=DEFAULT_OUTPUT_SIZE):
         raise ExportError("params.replace_unknown_target: a TFLite model returns target ids "
                           "only (replacing unknown targets needs the source tokens, outside "
                           "the model); unset it to export")
+    if getattr(options, "decoding_noise", None):  # (where DecodingOptions has it)
+        raise ExportError("params.decoding_noise: a TFLite model returns the decoded ids (the "
+                          "noise is drawn on the words, outside the model); unset it to export")
 
 
 def export_model(model, assets, options, data, output_dir, quantization=None,
