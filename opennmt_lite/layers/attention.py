@@ -192,9 +192,10 @@ class MultiHeadAttention(keras.layers.Layer):
         logits = tf.cast(logits, tf.float32)
         if attention_mask is not None:
             mask = tf.cast(attention_mask, tf.float32)
+            # (expand_dims, not [:, tf.newaxis]: TFLite has no kernel for that strided slice)
             if mask.shape.rank == 2:
-                mask = mask[:, tf.newaxis, :]  # same mask for every query
-            mask = mask[:, tf.newaxis, :, :]  # same mask for every head
+                mask = tf.expand_dims(mask, 1)  # same mask for every query
+            mask = tf.expand_dims(mask, 1)  # same mask for every head
             logits = logits * mask + (1.0 - mask) * tf.float32.min
         attention = tf.nn.softmax(logits)
         record("attention", attention)

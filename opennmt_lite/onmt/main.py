@@ -50,6 +50,9 @@ EXPORT_FORMATS = {
     "ctranslate2_int8": ("ctranslate2", "int8"),
     "ctranslate2_int16": ("ctranslate2", "int16"),
     "ctranslate2_float16": ("ctranslate2", "float16"),
+    "tflite": ("tflite", None),
+    "tflite_float16": ("tflite_float16", None),
+    "tflite_dynamic_range": ("tflite_dynamic_range", None),
 }
 ALL_EXPORT_FORMATS = ("saved_model", "tflite", "ctranslate2_int8_float16", "tflite_dynamic_range",
                       "tflite_float16", "ctranslate2_int16", "ctranslate2_float16", "checkpoint",
@@ -66,12 +69,9 @@ REFUSED = {
                                "the checkpoint there instead",
     "--format checkpoint": "not supported: the checkpoints in model_dir (or average_checkpoints' "
                            "output) are the weights; use them as they are",
-    "--format tflite": "TensorFlow Lite export is not implemented (formats: saved_model, "
-                       "ctranslate2, ctranslate2_int8, ctranslate2_int16, ctranslate2_float16)",
     "--format ctranslate2_int8_float16": "not implemented: export ctranslate2_int8 and load it "
                                          "with compute_type int8_float16",
 }
-REFUSED["--format tflite_dynamic_range"] = REFUSED["--format tflite_float16"] = REFUSED["--format tflite"]
 for _name in CATALOG:
     if not _name.startswith("Transformer"):
         REFUSED[f"--model_type {_name}"] = (

@@ -1,0 +1,228 @@
+"""A TensorFlow Lite model of the whole translation (`run.py export --format tflite`,
+`tflite_float16`, `tflite_dynamic_range`): OpenNMT-tf 2.32's TFLite export, for every model
+opennmt-lite trains or imports, relative positions included (which OpenNMT-tf cannot export).
+
+`opennmt.tflite` (OpenNMT-tf's file name) holds one function, signature `serving_default`:
+    ids: int32 [source_length]  the source tokens' ids: line numbers in the source vocabulary
+                                (0-based), the number of lines for a token not in it; trailing
+                                0s are padding (a fixed-size input buffer may be used)
+ -> output_0: int32 [tflite_output_size]  the translation's target ids, then `</s>` (2) when it
+                                ended within the size, then 0s
+Inside: the encoder and the decoding loop of `run.py infer` (inference/decoding.py, traced for
+one sentence): greedy or beam search with the config's beam width, length and coverage
+penalties and decoding lengths, at most min(maximum_decoding_length, tflite_output_size) steps
+(OpenNMT-tf's bound); a source is cut to its first `infer.maximum_features_length` ids, as infer
+cuts it, then gets the `<s>`/`</s>` of `data.source_sequence_controls`; an input without a
+non-zero id gives an output of 0s. Tokenization and vocabulary lookup stay outside:
+`translate.py`, written beside the model, does them for SentencePiece and pre-tokenized
+(space-separated) text (opennmt_lite/export/tflite_translate.py: ai-edge-litert and NumPy, no
+TensorFlow or opennmt-lite).
+
+How it is made: the function's variables are frozen into constants, then converted with TFLite's
+builtin ops only (the pip runtime, ai-edge-litert, has no Select-TF ops), the layers' fast paths
+off (their fused ops have no TFLite kernel). Embedding rows are read with gather_nd, as in
+OpenNMT-tf's TFLite mode: dynamic-range quantization leaves such a table in float32, where it
+would quantize a Gather's table to int8 with one scale for the whole table (measured on the
+OpenNMT-tf fixture, greedy: 94/100 translations identical to infer's, 98/100 with float32
+tables).
+
+Quantization: float16 stores the weights in float16 (computed in float32); dynamic_range stores
+the matrix products' weights in int8 (one scale per output channel; activations quantized on
+the fly), the embeddings in float32.
+
+Not exportable (ExportError, checked before anything is built or written): random sampling
+(`params.sampling_topk` != 1: its stateless random ops have no TFLite kernel), `infer.n_best` > 1
+(one output), `params.replace_unknown_target` (needs the source tokens, outside the model),
+`params.decoding_noise` (drawn on the words, outside the model).
+"""
+
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import tempfile
+
+import tensorflow as tf
+
+from opennmt_lite.errors import UserError
+from opennmt_lite.inference.decoding import END_ID, START_ID, translate
+from opennmt_lite.layers import fast_paths
+
+logger = logging.getLogger("opennmt_lite")
+
+# `run.py export --format` (OpenNMT-tf's names) -> quantization.
+FORMATS = {"tflite": None, "tflite_float16": "float16", "tflite_dynamic_range": "dynamic_range"}
+MODEL_FILE = "opennmt.tflite"
+RUNNER_FILE = "translate.py"
+DEFAULT_OUTPUT_SIZE = 250  # params.tflite_output_size, OpenNMT-tf's default
+
+
+class ExportError(UserError, ValueError):
+    """A decoding option a TFLite model cannot run (names the key)."""
+
+
+def check_options(options, output_size=DEFAULT_OUTPUT_SIZE):
+    """ExportError naming the first option of `options` (a DecodingOptions) TFLite cannot run,
+    or an `output_size` (params.tflite_output_size) that is no int32 length."""
+    if not 1 <= output_size < 2**31:
+        raise ExportError(f"params.tflite_output_size {output_size}: the model's output length "
+                          "must lie in [1, 2**31)")
+    if options.sampling_topk != 1:
+        raise ExportError(f"params.sampling_topk {options.sampling_topk}: random sampling cannot "
+                          "be exported to TFLite (its random ops have no TFLite kernel); set it "
+                          "to 1 to export")
+    if options.n_best != 1:
+        raise ExportError(f"infer.n_best {options.n_best}: a TFLite model returns one "
+                          "translation (the best, as OpenNMT-tf's); set it to 1 to export")
+    if options.replace_unknown_target:
+        raise ExportError("params.replace_unknown_target: a TFLite model returns target ids "
+                          "only (replacing unknown targets needs the source tokens, outside "
+                          "the model); unset it to export")
+    if options.decoding_noise:
+        raise ExportError("params.decoding_noise: a TFLite model returns the decoded ids (the "
+                          "noise is drawn on the words, outside the model); unset it to export")
+
+
+def export_model(model, assets, options, data, output_dir, quantization=None,
+                 output_size=DEFAULT_OUTPUT_SIZE, maximum_source_length=None):
+    """Writes `opennmt.tflite`, the vocabularies, the SentencePiece models and `translate.py`
+    into `output_dir` (created if missing; the command stages it); returns `output_dir`.
+
+    `model`: a built float32 Transformer with its weights (build.inference_model); `options`:
+    build.decoding_options (checked by `check_options`); `data`: the config's `data` section;
+    `quantization`: None, "float16" or "dynamic_range"; `output_size`: params.tflite_output_size;
+    `maximum_source_length`: infer.maximum_features_length (None: no cut).
+    """
+    if quantization not in FORMATS.values():
+        raise ValueError(f"quantization must be one of {list(FORMATS.values())}, got {quantization!r}")
+    check_options(options, output_size)
+    # (`data.source_sequence_controls` where the config has the key: `<s>`/`</s>` the batches
+    # of `infer` give the source)
+    controls = getattr(data, "source_sequence_controls", None)
+    content = convert(translation_function(model, options, output_size, maximum_source_length,
+                                           controls), quantization)
+    os.makedirs(output_dir, exist_ok=True)
+    with open(os.path.join(output_dir, MODEL_FILE), "wb") as f:
+        f.write(content)
+    shutil.copy(assets.source_vocabulary.path, os.path.join(output_dir, "source_vocabulary.txt"))
+    shutil.copy(assets.target_vocabulary.path, os.path.join(output_dir, "target_vocabulary.txt"))
+    for side, tokenization in (("source", data.source_tokenization),
+                               ("target", data.target_tokenization)):
+        if tokenization and tokenization.type == "sentencepiece":
+            shutil.copy(tokenization.model, os.path.join(output_dir, f"{side}.model"))
+        elif tokenization and tokenization.type != "space":
+            logger.warning("data.%s_tokenization: %s tokenization is not in %s, which reads and "
+                           "writes tokens separated by spaces: tokenize and detokenize outside",
+                           side, tokenization.type, RUNNER_FILE)
+    runner = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tflite_translate.py")
+    shutil.copy(runner, os.path.join(output_dir, RUNNER_FILE))
+    logger.info("exported TFLite model to %s (%.1f MB, weights %s, output size %d; %s)",
+                output_dir, len(content) / 1e6, quantization or "float32", output_size, options)
+    return output_dir
+
+
+def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
+                         maximum_source_length=None, source_controls=None):
+    """The exported function, traced with the layers' plain formulas: a concrete function
+    ids int32 [source_length] -> int32 [output_size] (see the module docstring).
+    `source_controls`: with `start` / `end` true, `<s>` / `</s>` are added to the source in the
+    graph (after the cut to `maximum_source_length`), as infer's batches have them."""
+    steps = min(options.maximum_decoding_length, output_size)
+    options = dataclasses.replace(options, maximum_decoding_length=steps)
+    embedded = _GatherNdEmbeddings(model)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="ids")])
+    def translate_ids(ids):
+        if maximum_source_length:
+            ids = ids[:maximum_source_length]
+        length = tf.math.count_nonzero(ids, dtype=tf.int32)
+        if source_controls is not None and source_controls.start:
+            ids = tf.concat([[START_ID], ids], 0)
+        if source_controls is not None and source_controls.end:
+            # after the last token, over the first padding 0 (or one more position)
+            ids = tf.pad(ids, [[0, 1]])
+            last = length + (1 if source_controls.start else 0)
+            ids = tf.where(tf.equal(tf.range(tf.size(ids)), last), END_ID, ids)
+        # No id: one padding id (0 source positions would leave TFLite's ops empty tensors);
+        # the output is then 0s, below.
+        ids = tf.pad(ids, [[0, tf.maximum(1 - tf.size(ids), 0)]])
+        # A batch of one sentence whose batch size is not a constant: the decoding loop's
+        # tensors must keep the shapes it gives them (rows of unknown number).
+        batch = tf.reshape(ids, tf.stack([-1, tf.size(ids)]))
+        lengths = tf.math.count_nonzero(batch, axis=1, dtype=tf.int32)
+        result = translate(embedded, batch, lengths, options)
+        tokens = tf.reshape(result.ids, [-1])  # the tokens before `</s>`
+        produced = tf.reshape(result.lengths, [])
+        padded = tf.concat([tokens, tf.zeros([output_size], tf.int32)], 0)[:output_size]
+        # `</s>` after the tokens when the hypothesis ended (fewer tokens than steps).
+        end = tf.logical_and(tf.equal(tf.range(output_size), produced), produced < steps)
+        translation = tf.where(end, END_ID, padded)
+        # Without source tokens the model would decode from fully masked attention: a guess.
+        return tf.where(length > 0, translation, tf.zeros_like(translation))
+
+    with _plain_formulas():
+        return translate_ids.get_concrete_function()
+
+
+class _GatherNdEmbeddings:
+    """The model as `translate` uses it (encode, target_inputter, decoder), its embedding rows
+    read with gather_nd (see the module docstring); the rest is the model's own layers."""
+
+    def __init__(self, model):
+        self._model = model
+        self.decoder = model.decoder
+
+    def encode(self, ids, length, training=None):
+        embedded = self._rows(self._model.source_inputter, ids)
+        return self._model.encoder(embedded, sequence_length=length, training=False)
+
+    def target_inputter(self, ids):
+        return self._rows(self._model.target_inputter, ids)
+
+    @staticmethod
+    def _rows(embedder, ids):
+        rows = tf.gather_nd(embedder.embedding, tf.expand_dims(ids, -1))
+        return tf.cast(rows, embedder.compute_dtype)
+
+
+def convert(concrete, quantization=None):
+    """The TFLite flatbuffer (bytes) of `concrete` (a concrete function)."""
+    # (The converter keeps the variables read inside a while loop as resource variables that
+    # nothing initializes: frozen first, the loop kept functional so its shapes may vary.)
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    frozen = convert_variables_to_constants_v2(concrete, lower_control_flow=False)
+    signature = concrete.structured_input_signature[0]
+
+    # Saved as the `serving_default` signature of a module, whose SavedModel the converter
+    # reads (which gives the TFLite model that signature). Without the custom gradients
+    # (swish's, for one): they would fail the SavedModel, and inference has no use for them.
+    @tf.function(input_signature=signature)
+    def serving_default(*args):
+        (translation,) = frozen(*args)
+        return translation
+
+    module = tf.Module()
+    module.serving_default = serving_default
+    with tempfile.TemporaryDirectory(prefix="opennmt-lite-tflite-") as saved_model:
+        tf.saved_model.save(module, saved_model, signatures=serving_default.get_concrete_function(),
+                            options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
+        converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantization:
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantization == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        return converter.convert()
+
+
+@contextlib.contextmanager
+def _plain_formulas():
+    """The layers' plain formulas while tracing (fast paths off), then the setting before."""
+    previous = fast_paths.setting()
+    fast_paths.configure(enabled=False)
+    try:
+        yield
+    finally:
+        fast_paths.configure(previous.enabled, previous.bfloat16_matmul)
