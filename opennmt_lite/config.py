@@ -207,6 +207,17 @@ class ParamsConfig:
     num_hypotheses: int = key("int", minimum=1)
     # The length of a TFLite export's output (run.py export --format tflite); also bounds its steps.
     tflite_output_size: int = key("int", 250, minimum=1, nullable=False)
+    # Word noise on the translations (back-translation): a list of {dropout: p},
+    # {replacement: [p, filler]}, {permutation: k}, over words cut by the subword token below
+    # (opennmt_lite.data.noise; checked by _finalize_decoding_noise). The subword token is also
+    # what contrastive_learning's omitted words are cut by.
+    decoding_noise: tuple = key("list")
+    decoding_subword_token: str = key("str", "￭", nullable=False)
+    decoding_subword_token_is_spacer: bool = key("bool")
+    # Yang et al. (2019) as OpenNMT-tf trains it: the training loss becomes the max-margin loss
+    # between each batch's targets and their copies with one word omitted (training/step.py).
+    contrastive_learning: bool = key("bool", False, nullable=False)
+    max_margin_eta: float = key("float", 0.1, minimum=0, nullable=False)
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
