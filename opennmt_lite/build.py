@@ -210,7 +210,48 @@ def evaluator(config, transformer, assets, current_step=0):
         options=DecodingOptions(beam_width=1,
                                 maximum_decoding_length=config.params.maximum_decoding_length),
         current_step=current_step,
+        exporter=(best_model_exporter(config, transformer, assets)
+                  if config.eval.export_on_best else None),
+        export_directory=os.path.join(config.model_dir, "export"),
     )
+
+
+def best_model_exporter(config, transformer, assets):
+    """The function(directory, step) writing `transformer` (as it is when called) into an empty
+    directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export on best. A format
+    this installation cannot write is a ConfigError now, before training."""
+    export_format = config.eval.export_format
+    options = decoding_options(config.params, config.infer, seed=config.train.seed)
+    if export_format == "saved_model":
+        from opennmt_lite.export.saved_model import export_model
+
+        return lambda directory, step: export_model(
+            transformer, assets, options, config.data, directory,
+            maximum_source_length=config.infer.maximum_features_length)
+    if export_format == "checkpoint":  # the weights, as an opennmt-lite checkpoint
+        from opennmt_lite.checkpointing.store import Checkpoint
+
+        return lambda directory, step: Checkpoint(transformer, save_dir=directory).save(step)
+    if export_format.startswith("ctranslate2"):
+        from opennmt_lite.export import ctranslate2
+
+        quantization = export_format[len("ctranslate2_"):] or None
+        return lambda directory, step: ctranslate2.export_model(
+            transformer, assets, options, config.data, directory, quantization=quantization,
+            force=True)
+    try:  # tflite, tflite_float16, tflite_dynamic_range
+        from opennmt_lite.export.tflite import export_tflite
+    except ImportError:
+        raise ConfigError(f"eval.export_format: {export_format} needs the TensorFlow Lite export "
+                          "(opennmt_lite.export.tflite), which this version lacks") from None
+    quantization = export_format[len("tflite_"):] or None
+    return lambda directory, step: export_tflite(transformer, assets, options, config.data, directory,
+                                           quantization=quantization)
+
+
+def regularization_scales(params):
+    """(l1, l2) of `params.regularization`, or None."""
+    return None if params.regularization is None else tuple(params.regularization["scale"])
 
 
 def warn_surprises(train, num_replicas=1):
@@ -236,6 +277,7 @@ def trainer(config, with_evaluation=None):
     from the latest checkpoint of model_dir (`Trainer.restore`). `with_evaluation` defaults to
     whether the config names evaluation files."""
     from opennmt_lite.training.distribute import make_strategy
+    from opennmt_lite.training.moving_average import MovingAverage
     from opennmt_lite.training.lock import prepare_model_dir
     from opennmt_lite.training.step import TrainStep, configure_threads
     from opennmt_lite.training.trainer import Trainer
@@ -257,14 +299,19 @@ def trainer(config, with_evaluation=None):
         transformer = model(config.model, built_assets)
         built_optimizer = optimizer(config.params, train.dtype_policy)
         built_optimizer.build(transformer.trainable_variables)
+        moving_average = (MovingAverage(transformer, train.moving_average_decay)
+                          if train.moving_average_decay is not None else None)
     inputs = training_inputs(config.data, train, built_assets, strategy)
     step = TrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
         average_loss_in_time=config.params.average_loss_in_time,
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
+        regularization=regularization_scales(config.params),
+        clip_gradients=config.params.clip_gradients or None,
     )
-    result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
+    result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,
+                     moving_average=moving_average)
     result.restore()  # (before the evaluator, which starts from the step restored)
     if config.with_evaluation if with_evaluation is None else with_evaluation:
         if result.chief:

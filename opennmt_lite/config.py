@@ -182,6 +182,11 @@ class ParamsConfig:
     maximum_decoding_length: int = key("int", 250, minimum=1, nullable=False)
     minimum_decoding_length: int = key("int", 0, minimum=0, nullable=False)
     num_hypotheses: int = key("int", minimum=1)
+    # Global-norm clipping of each update's gradient (0: none); see training/step.py.
+    clip_gradients: float = key("float", None, minimum=0)
+    # OpenNMT-tf's {type: l1 | l2 | l1_l2, scale: s, or [l1, l2] for l1_l2}; normalised to
+    # {"type": ..., "scale": (l1, l2)} by _finalize_regularization. See training/regularization.py.
+    regularization: typing.Mapping = key("dict")
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -213,6 +218,8 @@ class TrainConfig:
     seed: int = key("int", 1234)
     num_devices: int = key("int", 1, minimum=1)
     single_pass: bool = key("bool", False)
+    # The exponential moving average of the weights (training/moving_average.py); null: none.
+    moving_average_decay: float = key("float", None, minimum=0)
 
     @property
     def dtype_policy(self):
@@ -230,6 +237,10 @@ class TrainConfig:
 
 LOWER_IS_BETTER = ("loss", "perplexity")
 SCORERS = ("bleu", "chrf")
+# eval.export_format: OpenNMT-tf's exporter names.
+EXPORT_FORMATS = ("saved_model", "checkpoint", "ctranslate2", "ctranslate2_int8",
+                  "ctranslate2_int16", "ctranslate2_float16", "ctranslate2_int8_float16",
+                  "tflite", "tflite_float16", "tflite_dynamic_range")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,6 +263,10 @@ class EvalConfig:
     scorers: tuple = key("list", [], nullable=False)
     early_stopping: EarlyStopping = section(EarlyStopping, optional=True)
     save_eval_predictions: bool = key("bool", False)
+    # Export model_dir/export/<step> when this metric is the best so far (inference/evaluation.py).
+    export_on_best: str = key("str")
+    export_format: str = key("str", "saved_model", choices=EXPORT_FORMATS, nullable=False)
+    max_exports_to_keep: int = key("int", 5, minimum=1)  # null: keep every export
 
 
 @dataclasses.dataclass(frozen=True)
@@ -420,8 +435,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.source_sequence_controls": "sequence controls are not implemented",
     "data.target_sequence_controls": "sequence controls are not implemented",
     "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
-    "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
-    "params.regularization": "weight regularization is not implemented",
     "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
     "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
     "params.decoding_noise": "decoding noise is not implemented",
@@ -430,15 +443,11 @@ UNSUPPORTED_ONMT_KEYS = {
     "params.contrastive_learning": "contrastive learning is not implemented",
     "params.max_margin_eta": "contrastive learning is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",
-    "train.moving_average_decay": "weight moving averages are not implemented",
     "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
     "train.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "train.num_threads": "tokenization runs in batches (no per-example threads)",
     "train.batch_autotune_mode": "batch size autotuning is not implemented",
     "eval.external_evaluators": "write eval.scorers (bleu, chrf)",
-    "eval.export_on_best": "exporting during training is not implemented (run.py export)",
-    "eval.export_format": "exporting during training is not implemented (run.py export)",
-    "eval.max_exports_to_keep": "exporting during training is not implemented",
     "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "score.with_token_level": "token-level scores are not implemented",
@@ -548,6 +557,39 @@ def _finalize_params(params, model, train, source):
                     f"{decay_type}, got {value!r}")
     if params["average_loss_in_time"] is None:
         params["average_loss_in_time"] = train["batch_type"] == "tokens"
+    clipping = sorted({"clipnorm", "global_clipnorm", "clipvalue"} & set(optimizer_params))
+    if params["clip_gradients"] and clipping:
+        raise ConfigError(f"{source}: params.clip_gradients and params.optimizer_params.{clipping[0]} "
+                          "both clip the gradients: set one of them")
+    if params["regularization"] is not None:
+        params["regularization"] = _finalize_regularization(params["regularization"], source)
+
+
+REGULARIZATION_TYPES = ("l1", "l2", "l1_l2")
+
+
+def _finalize_regularization(value, source):
+    """OpenNMT-tf's `params.regularization` -> {"type": "l1" | "l2" | "l1_l2", "scale": (l1, l2)}:
+    the type case-insensitive, one scale for l1 or l2, a list of two for l1_l2 (as OpenNMT-tf)."""
+    where = f"{source}: params.regularization"
+    unknown = sorted(set(value) - {"type", "scale"})
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown key (type and scale only)")
+    kind = value.get("type")
+    if not isinstance(kind, str) or kind.lower() not in REGULARIZATION_TYPES:
+        raise ConfigError(f"{where}.type: must be one of {', '.join(REGULARIZATION_TYPES)}; "
+                          f"got {kind!r}")
+    kind, scale = kind.lower(), value.get("scale")
+    if kind == "l1_l2":
+        if not isinstance(scale, list) or len(scale) != 2:
+            raise ConfigError(f"{where}.scale: l1_l2 takes a list of 2 scales [l1, l2], got {scale!r}")
+        scales = tuple(_check(s, Key("float", minimum=0, nullable=False), f"{where}.scale")
+                       for s in scale)
+    else:
+        scales = [0.0, 0.0]
+        scales[kind == "l2"] = _check(scale, Key("float", minimum=0, nullable=False), f"{where}.scale")
+        scales = tuple(scales)
+    return {"type": kind, "scale": scales}
 
 
 def _finalize(config, source):
@@ -591,6 +633,14 @@ def _finalize(config, source):
             raise ConfigError(
                 f"{source}: eval.early_stopping.metric: {stopping['metric']!r} is never computed; "
                 f"choose one of {', '.join(metrics)} (a scorer must also be listed in eval.scorers)")
+    best = evaluation["export_on_best"]
+    if best is not None and best not in list(LOWER_IS_BETTER) + scorers:
+        raise ConfigError(
+            f"{source}: eval.export_on_best: {best!r} is never computed; choose one of "
+            f"{', '.join(list(LOWER_IS_BETTER) + scorers)} (a scorer must also be listed in eval.scorers)")
+    decay = train["moving_average_decay"]
+    if decay is not None and decay > 1:
+        raise ConfigError(f"{source}: train.moving_average_decay must be at most 1, got {decay}")
     model_dir = config["model_dir"]
     data = config["data"]
     for name in PATH_KEYS:
