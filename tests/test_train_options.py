@@ -7,6 +7,7 @@ import importlib.util
 import json
 import logging
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -133,10 +134,17 @@ def test_best_exports_kept_and_a_failed_export_does_not_stop_training(averaged_r
 
 
 def test_resumed_run_with_moving_average_equals_uninterrupted_run(averaged_run, tmp_path):
-    straight = averaged_run[1]
-    train = {"save_checkpoints_steps": 1, "moving_average_decay": DECAY}
-    build.trainer(training_config(tmp_path, model=TINY_MODEL, train={**train, "max_step": 3})).run()
-    resumed = build.trainer(training_config(tmp_path, model=TINY_MODEL, train={**train, "max_step": 5}))
+    """The run resumed from the averaged run's ckpt-3 reaches its step 5 state exactly."""
+    config, straight = averaged_run[:2]
+    resumed_config = training_config(tmp_path, model=TINY_MODEL, train={
+        "max_step": 5, "save_checkpoints_steps": 1, "moving_average_decay": DECAY})
+    directory = os.path.join(resumed_config.model_dir, "checkpoints")
+    os.makedirs(directory)
+    for name in os.listdir(os.path.join(config.model_dir, "checkpoints")):
+        if name.startswith("ckpt-3."):
+            shutil.copy(os.path.join(config.model_dir, "checkpoints", name), directory)
+    resumed = build.trainer(resumed_config)
+    assert resumed.step == 3
     resumed.run()
     for (path, a), b in zip(named_trainable(straight.model).items(), named_trainable(resumed.model).values()):
         np.testing.assert_array_equal(a.numpy(), b.numpy(), err_msg=path)
