@@ -170,8 +170,15 @@ def test_checkpoint_without_averages_loads_with_moving_average(tmp_path):
         np.testing.assert_array_equal(weight.numpy(), expected[path])
         np.testing.assert_array_equal(average.averages[path].numpy(), expected[path])
     # saved with averages, it holds both; restored again, it reads both
+    for path, average in average.averages.items():
+        average.assign(average + 1.0)
     checkpoint.save(8)
     assert checkpoint.restore().endswith("ckpt-8") and restored_trained_weights(checkpoint)
+    # without a moving average (averaging, vocabulary update, inference): the averages
+    plain = training_checkpoint(model, optimizer, save_dir=str(tmp_path))
+    assert plain.restore().endswith("ckpt-8")
+    for path, weight in named_trainable(model).items():
+        np.testing.assert_allclose(weight.numpy(), expected[path] + 1.0, rtol=1e-6)
 
 
 @pytest.fixture(scope="module")
