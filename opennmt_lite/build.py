@@ -240,18 +240,15 @@ def best_model_exporter(config, transformer, assets):
             transformer, assets, options, config.data, directory, quantization=quantization,
             force=True)
     try:  # tflite, tflite_float16, tflite_dynamic_range
-        from opennmt_lite.export.tflite import export_tflite
+        from opennmt_lite.export import tflite
     except ImportError:
         raise ConfigError(f"eval.export_format: {export_format} needs the TensorFlow Lite export "
                           "(opennmt_lite.export.tflite), which this version lacks") from None
-    quantization = export_format[len("tflite_"):] or None
-    return lambda directory, step: export_tflite(transformer, assets, options, config.data, directory,
-                                           quantization=quantization)
-
-
-def regularization_scales(params):
-    """(l1, l2) of `params.regularization`, or None."""
-    return None if params.regularization is None else tuple(params.regularization["scale"])
+    tflite.check_options(options)  # (a decoding option TFLite cannot run: refused now)
+    return lambda directory, step: tflite.export_model(
+        transformer, assets, options, config.data, directory,
+        quantization=tflite.FORMATS[export_format], output_size=config.params.tflite_output_size,
+        maximum_source_length=config.infer.maximum_features_length)
 
 
 def warn_surprises(train, num_replicas=1):
