@@ -251,6 +251,11 @@ def best_model_exporter(config, transformer, assets):
         maximum_source_length=config.infer.maximum_features_length)
 
 
+def regularization_scales(params):
+    """(l1, l2) of `params.regularization`, or None."""
+    return None if params.regularization is None else tuple(params.regularization["scale"])
+
+
 def warn_surprises(train, num_replicas=1):
     """Logs, once, the settings that are legal but do not do what they seem to."""
     per_step = train.batch_size * num_replicas

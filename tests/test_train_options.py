@@ -291,3 +291,43 @@ def test_export_formats_are_wired(tmp_path):
             build.best_model_exporter(tflite, model, assets)
     else:  # (exporting is the TFLite tests' business: here, only that the name is wired)
         assert callable(build.best_model_exporter(tflite, model, assets))
+
+
+def test_opennmt_checkpoint_trains_on_with_moving_average_and_export_on_best(tmp_path):
+    """An OpenNMT-tf 2.32 model_dir (the relative-position fixture at step 500) trains on with
+    both options: the average starts from the imported weights' first update, as OpenNMT-tf's."""
+    model_dir = tmp_path / "run"
+    model_dir.mkdir()
+    for name in os.listdir(ONMT_FIXTURE):
+        if name.startswith("ckpt-500.") or name in ("checkpoint", "src-vocab.txt", "tgt-vocab.txt"):
+            shutil.copy(ONMT_FIXTURE / name, model_dir)
+    first100, first8 = ONMT_FIXTURE / "test.first100.tok", ONMT_FIXTURE / "test.first8.tok"
+    user = {
+        "model_dir": str(model_dir), "auto_config": False,
+        "model": {"num_layers": 2, "num_units": 64, "num_heads": 2, "ffn_inner_dim": 128,
+                  "maximum_relative_position": 8, "pre_norm": True},
+        "data": {"source_vocabulary": "src-vocab.txt", "target_vocabulary": "tgt-vocab.txt",
+                 "train_features_file": f"{first100}.en", "train_labels_file": f"{first100}.de",
+                 "eval_features_file": f"{first8}.en", "eval_labels_file": f"{first8}.de"},
+        "params": {"optimizer": "LazyAdam", "optimizer_params": {"beta_1": 0.9, "beta_2": 0.998},
+                   "learning_rate": 1.0, "decay_type": "NoamDecay",
+                   "decay_params": {"model_dim": 64, "warmup_steps": 200}, "label_smoothing": 0.1},
+        "train": {"batch_type": "examples", "batch_size": 16, "max_step": 502,
+                  "save_checkpoints_steps": 1, "moving_average_decay": 0.9999},
+        "eval": {"steps": 1, "export_on_best": "loss", "export_format": "checkpoint"},
+    }
+    trainer = build.trainer(build_config(user))
+    assert trainer.step == 500
+    summary = trainer.run()
+    assert summary["step"] == 502
+    directory = model_dir / "checkpoints"
+    paths = ["decoder/output_layer/kernel", "encoder/layers/0/ffn/layer/inner/kernel"]
+    trained = {s: checkpoint_values(str(directory / f"ckpt-{s}"), paths, TRAINED_WEIGHTS) for s in (501, 502)}
+    averaged = {s: checkpoint_values(str(directory / f"ckpt-{s}"), paths) for s in (501, 502)}
+    for path in paths:
+        reference = numpy_moving_average(
+            [(s, trained[s][f"{TRAINED_WEIGHTS}/{path}"]) for s in (501, 502)], 0.9999)
+        np.testing.assert_array_equal(averaged[501][f"model/{path}"], trained[501][f"{TRAINED_WEIGHTS}/{path}"])
+        np.testing.assert_allclose(averaged[502][f"model/{path}"], reference, rtol=1e-5, atol=1e-7)
+    exports = sorted(os.listdir(model_dir / "export"))
+    assert exports and set(exports) <= {"501", "502"}
