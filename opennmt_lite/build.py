@@ -277,7 +277,50 @@ def evaluator(config, transformer, assets, current_step=0):
         options=DecodingOptions(beam_width=1,
                                 maximum_decoding_length=config.params.maximum_decoding_length),
         current_step=current_step,
+        exporter=(best_model_exporter(config, transformer, assets)
+                  if config.eval.export_on_best else None),
+        export_directory=os.path.join(config.model_dir, "export"),
     )
+
+
+def best_model_exporter(config, transformer, assets):
+    """The function(directory, step) writing `transformer` (as it is when called) into an empty
+    directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export on best. A format
+    this installation cannot write is a ConfigError now, before training."""
+    export_format = config.eval.export_format
+    options = decoding_options(config.params, config.infer, seed=config.train.seed)
+    if export_format == "saved_model":
+        from opennmt_lite.export.saved_model import export_model
+
+        return lambda directory, step: export_model(
+            transformer, assets, options, config.data, directory,
+            maximum_source_length=config.infer.maximum_features_length)
+    if export_format == "checkpoint":  # the weights, as an opennmt-lite checkpoint
+        from opennmt_lite.checkpointing.store import Checkpoint
+
+        return lambda directory, step: Checkpoint(transformer, save_dir=directory).save(step)
+    if export_format.startswith("ctranslate2"):
+        from opennmt_lite.export import ctranslate2
+
+        quantization = export_format[len("ctranslate2_"):] or None
+        return lambda directory, step: ctranslate2.export_model(
+            transformer, assets, options, config.data, directory, quantization=quantization,
+            force=True)
+    try:  # tflite, tflite_float16, tflite_dynamic_range
+        from opennmt_lite.export import tflite
+    except ImportError:
+        raise ConfigError(f"eval.export_format: {export_format} needs the TensorFlow Lite export "
+                          "(opennmt_lite.export.tflite), which this version lacks") from None
+    tflite.check_options(options)  # (a decoding option TFLite cannot run: refused now)
+    return lambda directory, step: tflite.export_model(
+        transformer, assets, options, config.data, directory,
+        quantization=tflite.FORMATS[export_format], output_size=config.params.tflite_output_size,
+        maximum_source_length=config.infer.maximum_features_length)
+
+
+def regularization_scales(params):
+    """(l1, l2) of `params.regularization`, or None."""
+    return None if params.regularization is None else tuple(params.regularization["scale"])
 
 
 def warn_surprises(train, num_replicas=1):
@@ -307,6 +350,7 @@ def trainer(config, with_evaluation=None):
     from the latest checkpoint of model_dir (`Trainer.restore`). `with_evaluation` defaults to
     whether the config names evaluation files."""
     from opennmt_lite.training.distribute import make_strategy
+    from opennmt_lite.training.moving_average import MovingAverage
     from opennmt_lite.training.lock import prepare_model_dir
     from opennmt_lite.training.step import TrainStep, configure_threads
     from opennmt_lite.training.trainer import Trainer
@@ -329,6 +373,8 @@ def trainer(config, with_evaluation=None):
         freeze_embeddings(transformer, config.data)
         built_optimizer = optimizer(config.params, train.dtype_policy)
         built_optimizer.build(transformer.trainable_variables)
+        moving_average = (MovingAverage(transformer, train.moving_average_decay)
+                          if train.moving_average_decay is not None else None)
     inputs = training_inputs(config.data, train, built_assets, strategy,
                              negatives=contrastive_negatives(config.params, built_assets))
     step = TrainStep(
@@ -338,8 +384,11 @@ def trainer(config, with_evaluation=None):
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
         max_margin_eta=config.params.max_margin_eta if config.params.contrastive_learning else None,
         example_weights=config.data.example_weights is not None,
+        regularization=regularization_scales(config.params),
+        clip_gradients=config.params.clip_gradients or None,
     )
-    result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
+    result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,
+                     moving_average=moving_average)
     if result.restore() is None:  # (before the evaluator, which starts from the step restored)
         load_embeddings(transformer, config.data, built_assets, train.seed)
     if config.with_evaluation if with_evaluation is None else with_evaluation:

@@ -218,6 +218,11 @@ class ParamsConfig:
     # between each batch's targets and their copies with one word omitted (training/step.py).
     contrastive_learning: bool = key("bool", False, nullable=False)
     max_margin_eta: float = key("float", 0.1, minimum=0, nullable=False)
+    # Global-norm clipping of each update's gradient (0: none); see training/step.py.
+    clip_gradients: float = key("float", None, minimum=0)
+    # OpenNMT-tf's {type: l1 | l2 | l1_l2, scale: s, or [l1, l2] for l1_l2}; normalised to
+    # {"type": ..., "scale": (l1, l2)} by _finalize_regularization. See training/regularization.py.
+    regularization: typing.Mapping = key("dict")
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -255,6 +260,8 @@ class TrainConfig:
     prefetch_buffer_size: int = key("int")
     num_threads: int = key("int")
     batch_autotune_mode: bool = key("bool")
+    # The exponential moving average of the weights (training/moving_average.py); null: none.
+    moving_average_decay: float = key("float", None, minimum=0)
 
     @property
     def dtype_policy(self):
@@ -272,6 +279,10 @@ class TrainConfig:
 
 LOWER_IS_BETTER = ("loss", "perplexity")
 SCORERS = ("bleu", "chrf")
+# eval.export_format: OpenNMT-tf's exporter names.
+EXPORT_FORMATS = ("saved_model", "checkpoint", "ctranslate2", "ctranslate2_int8",
+                  "ctranslate2_int16", "ctranslate2_float16", "ctranslate2_int8_float16",
+                  "tflite", "tflite_float16", "tflite_dynamic_range")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -297,6 +308,10 @@ class EvalConfig:
     early_stopping: EarlyStopping = section(EarlyStopping, optional=True)
     save_eval_predictions: bool = key("bool", False)
     prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
+    # Export model_dir/export/<step> when this metric is the best so far (inference/evaluation.py).
+    export_on_best: str = key("str")
+    export_format: str = key("str", "saved_model", choices=EXPORT_FORMATS, nullable=False)
+    max_exports_to_keep: int = key("int", 5, minimum=1)  # null: keep every export
 
 
 @dataclasses.dataclass(frozen=True)
@@ -472,14 +487,8 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
     "data.source_sequence_controls": "sequence controls are not implemented",
     "data.target_sequence_controls": "sequence controls are not implemented",
-    "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
-    "params.regularization": "weight regularization is not implemented",
     "params.guided_alignment_type": "guided alignment is not implemented",
     "params.guided_alignment_weight": "guided alignment is not implemented",
-    "train.moving_average_decay": "weight moving averages are not implemented",
-    "eval.export_on_best": "exporting during training is not implemented (run.py export)",
-    "eval.export_format": "exporting during training is not implemented (run.py export)",
-    "eval.max_exports_to_keep": "exporting during training is not implemented",
 }
 
 
@@ -613,6 +622,39 @@ def _finalize_params(params, model, train, source):
                     f"{decay_type}, got {value!r}")
     if params["average_loss_in_time"] is None:
         params["average_loss_in_time"] = train["batch_type"] == "tokens"
+    clipping = sorted({"clipnorm", "global_clipnorm", "clipvalue"} & set(optimizer_params))
+    if params["clip_gradients"] and clipping:
+        raise ConfigError(f"{source}: params.clip_gradients and params.optimizer_params.{clipping[0]} "
+                          "both clip the gradients: set one of them")
+    if params["regularization"] is not None:
+        params["regularization"] = _finalize_regularization(params["regularization"], source)
+
+
+REGULARIZATION_TYPES = ("l1", "l2", "l1_l2")
+
+
+def _finalize_regularization(value, source):
+    """OpenNMT-tf's `params.regularization` -> {"type": "l1" | "l2" | "l1_l2", "scale": (l1, l2)}:
+    the type case-insensitive, one scale for l1 or l2, a list of two for l1_l2 (as OpenNMT-tf)."""
+    where = f"{source}: params.regularization"
+    unknown = sorted(set(value) - {"type", "scale"})
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: unknown key (type and scale only)")
+    kind = value.get("type")
+    if not isinstance(kind, str) or kind.lower() not in REGULARIZATION_TYPES:
+        raise ConfigError(f"{where}.type: must be one of {', '.join(REGULARIZATION_TYPES)}; "
+                          f"got {kind!r}")
+    kind, scale = kind.lower(), value.get("scale")
+    if kind == "l1_l2":
+        if not isinstance(scale, list) or len(scale) != 2:
+            raise ConfigError(f"{where}.scale: l1_l2 takes a list of 2 scales [l1, l2], got {scale!r}")
+        scales = tuple(_check(s, Key("float", minimum=0, nullable=False), f"{where}.scale")
+                       for s in scale)
+    else:
+        scales = [0.0, 0.0]
+        scales[kind == "l2"] = _check(scale, Key("float", minimum=0, nullable=False), f"{where}.scale")
+        scales = tuple(scales)
+    return {"type": kind, "scale": scales}
 
 
 # params.decoding_noise: each module's name -> (minimum, maximum) number of arguments.
@@ -701,6 +743,14 @@ def _finalize(config, source):
             raise ConfigError(
                 f"{source}: eval.early_stopping.metric: {stopping['metric']!r} is never computed; "
                 f"choose one of {', '.join(metrics)} (a scorer must also be listed in eval.scorers)")
+    best = evaluation["export_on_best"]
+    if best is not None and best not in list(LOWER_IS_BETTER) + scorers:
+        raise ConfigError(
+            f"{source}: eval.export_on_best: {best!r} is never computed; choose one of "
+            f"{', '.join(list(LOWER_IS_BETTER) + scorers)} (a scorer must also be listed in eval.scorers)")
+    decay = train["moving_average_decay"]
+    if decay is not None and decay > 1:
+        raise ConfigError(f"{source}: train.moving_average_decay must be at most 1, got {decay}")
     model_dir = config["model_dir"]
     data = config["data"]
     for name in PATH_KEYS:

@@ -228,10 +228,15 @@ class Checkpoint:
     """A model, its optimizer and extra named variables (e.g. the data position), saved to
     `save_dir` and restored from `restore_dir` (default: save_dir). They differ for a non-chief
     worker, which resumes from the chief's checkpoints but writes its own to a scratch folder.
-    `latest` is the prefix last saved or restored by this object."""
+    `latest` is the prefix last saved or restored by this object.
+
+    `extra` ({name: variable}) adds variables, or replaces a model variable under its name.
+    `fallbacks` ({name: other name}): names a checkpoint may lack (written by an older version or
+    another configuration); their variable is then restored with the other name's value.
+    `restored_names`: the names the last restore read from its checkpoint."""
 
     def __init__(self, model, optimizer=None, save_dir=None, restore_dir=None, max_to_keep=8,
-                 extra=None):
+                 extra=None, fallbacks=None):
         self.model = model
         self.optimizer = optimizer
         self.save_dir = save_dir
@@ -243,18 +248,22 @@ class Checkpoint:
             state = optimizer_state(optimizer, named_trainable(model))
             self.variables.update({f"optimizer/{p}": v for p, v in state.items()})
         self.variables.update(extra or {})
+        self.fallbacks = dict(fallbacks or {})
+        self.restored_names = set()
         self._checkpoint = tf.train.Checkpoint(**nested(self.variables))
         self._checkpoint.save_counter  # created now (saved since the first versions), not mid-save
 
-    def check_compatible(self, prefix):
-        """CheckpointError naming every variable missing, mis-shaped or left over in `prefix`."""
-        check_shapes(prefix, {name: v.shape for name, v in self.variables.items()})
+    def check_compatible(self, prefix, absent=()):
+        """CheckpointError naming every variable missing, mis-shaped or left over in `prefix`
+        (but those of `absent`, restored from their fallbacks)."""
+        check_shapes(prefix, {name: v.shape for name, v in self.variables.items() if name not in absent})
 
     def restore(self, prefix=None):
         """Restores every variable from `prefix`, default the newest readable checkpoint of
         restore_dir; returns the prefix, or None if there is none. When this object also saves
         there, what killed saves left is deleted and the damaged checkpoints newer than the one
         restored are moved to `damaged/` (the run will write those steps again)."""
+        self.restored_names = set()
         if prefix is None:
             prefix, skipped = newest_intact(self.restore_dir)
             if self.save_dir == self.restore_dir and os.path.isdir(self.save_dir):
@@ -262,13 +271,23 @@ class Checkpoint:
                 _quarantine([p for p, _ in skipped])
             if prefix is None:
                 return None
-        self.check_compatible(prefix)
-        status = self._checkpoint.read(prefix)
         stored = contents(prefix)
-        if all(name in stored for name in self.variables):
+        absent = {name: other for name, other in self.fallbacks.items() if name not in stored}
+        self.check_compatible(prefix, absent)
+        if absent:  # (every other variable must still be matched)
+            present = {name: v for name, v in self.variables.items() if name not in absent}
+            status = tf.train.Checkpoint(**nested(present)).read(prefix)
+        else:
+            status = self._checkpoint.read(prefix)
+        if all(name in stored for name in self.variables if name not in absent):
             status.assert_existing_objects_matched()
-        else:  # only optional ones are absent (check_compatible): they keep their initial values
-            status.expect_partial()
+        # (else only optional ones are absent (check_compatible): they keep their initial values.
+        # Entries this object does not hold, e.g. the trained weights beside a moving average
+        # when restoring without one, are not warned about: check_compatible vetted the model's)
+        status.expect_partial()
+        for name, other in absent.items():
+            self.variables[name].assign(tf.convert_to_tensor(self.variables[other]))
+        self.restored_names = set(self.variables) - set(absent)
         self.latest = prefix
         return prefix
 

@@ -5,19 +5,29 @@ divided by its number of target tokens, perplexity = exp(loss); scorers compare 
 greedy translations with the raw lines of `eval_labels_file` using sacrebleu. Evaluation results
 are appended to `<model_dir>/eval/history.jsonl` (read back on resume, for early stopping) and
 written to TensorBoard under `<model_dir>/eval`.
+
+Export on best (eval.export_on_best), as OpenNMT-tf: after an evaluation whose metric is the best
+of the history so far (strictly), the model is exported to `<model_dir>/export/<step>` by the
+exporter build.best_model_exporter made for eval.export_format; then only the newest
+eval.max_exports_to_keep exports are kept. An export is written beside its destination and moved
+there once complete; one that fails is logged in one line and training goes on.
 """
 
 import json
 import logging
 import math
 import os
+import shutil
+import tempfile
 
 import numpy as np
 import sacrebleu
 import tensorflow as tf
 
+from opennmt_lite.config import LOWER_IS_BETTER
 from opennmt_lite.data import batch_signature, read_lines
 from opennmt_lite.inference.decoding import translation_function
+from opennmt_lite.outputs import describe
 from opennmt_lite.training.losses import cross_entropy_sequence_loss
 
 logger = logging.getLogger("opennmt_lite")
@@ -49,10 +59,11 @@ def detokenize(ids, length, assets):
 class Evaluator:
     """Evaluates a model on a built `EvaluationInput` every `eval_config.steps` steps (the `eval`
     section), writing under `directory`; its translations decode with `options` (a
-    DecodingOptions: build.evaluator's greedy search)."""
+    DecodingOptions: build.evaluator's greedy search). `exporter(directory, step)` writes the
+    model into an empty directory (eval.export_on_best; None: no export), under `export_directory`."""
 
     def __init__(self, model, assets, evaluation_input, references_file, eval_config, directory,
-                 options, current_step=0):
+                 options, current_step=0, exporter=None, export_directory=None):
         self.model = model
         self.assets = assets
         self.every = eval_config.steps
@@ -68,6 +79,10 @@ class Evaluator:
         self.writer = tf.summary.create_file_writer(self.directory)
         self.history_path = os.path.join(self.directory, "history.jsonl")
         self.history = self._read_history(current_step)
+        self.export_on_best = eval_config.export_on_best if exporter is not None else None
+        self.max_exports_to_keep = eval_config.max_exports_to_keep
+        self.exporter = exporter
+        self.export_directory = export_directory
 
     def _read_history(self, current_step):
         if not os.path.exists(self.history_path):
@@ -97,6 +112,16 @@ class Evaluator:
         return predictions
 
     def __call__(self, step):
+        """Evaluates, records the metrics, exports if the model is the best so far; returns the
+        metrics."""
+        metrics = self.compute(step)
+        self.record(metrics)
+        if self.exporter is not None:
+            self.export_if_best(step, metrics)
+        return metrics
+
+    def compute(self, step):
+        """{"step", "loss", "perplexity", and each scorer} of the model as it is now."""
         loss_sum, tokens = 0.0, 0.0
         for batch in self.input.numpy_batches():
             batch_loss, batch_tokens = self._loss({k: batch[k] for k in batch_signature()})
@@ -112,6 +137,11 @@ class Evaluator:
                     f.writelines(p + "\n" for p in predictions)
             for name in self.scorers:
                 metrics[name] = SCORERS[name](predictions, self.references)
+        return metrics
+
+    def record(self, metrics):
+        """Logs the metrics and appends them to TensorBoard, history.jsonl and the history."""
+        step = metrics["step"]
         logger.info(
             "evaluation at step %d: %s", step,
             ", ".join(f"{k} = {v:.4f}" for k, v in metrics.items() if k != "step"),
@@ -124,7 +154,57 @@ class Evaluator:
         with open(self.history_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")
         self.history.append(metrics)
-        return metrics
+
+    def is_best(self, metric):
+        """Whether the newest value of `metric` beats every earlier one (OpenNMT-tf's rule)."""
+        values = [entry[metric] for entry in self.history if metric in entry]
+        if not values:
+            return False
+        if len(values) == 1:
+            return True
+        if metric in LOWER_IS_BETTER:
+            return values[-1] < min(values[:-1])
+        return values[-1] > max(values[:-1])
+
+    def export_if_best(self, step, metrics):
+        """Exports to export_directory/<step> if export_on_best is at its best, then removes the
+        exports beyond max_exports_to_keep. A failure is logged; nothing is raised."""
+        metric = self.export_on_best
+        if metric is not None and self.is_best(metric):
+            target = os.path.join(self.export_directory, str(step))
+            logger.info("exporting the model to %s (best %s so far: %.4f)", target, metric,
+                        metrics[metric])
+            try:
+                self._export(target, step)
+            except Exception as error:  # (whatever the exporter raises: training goes on)
+                logger.error("export to %s failed, training goes on: %s", target, describe(error))
+        try:
+            self._remove_old_exports()
+        except OSError as error:
+            logger.error("removing old exports from %s failed: %s", self.export_directory,
+                         describe(error))
+
+    def _export(self, target, step):
+        os.makedirs(self.export_directory, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}-", dir=self.export_directory)
+        try:
+            self.exporter(staging, step)
+            if os.path.isdir(target):  # (the same step evaluated again after a resume)
+                shutil.rmtree(target)
+            os.replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
+    def _remove_old_exports(self):
+        """Keeps the newest max_exports_to_keep exports (directories named by their step)."""
+        if self.max_exports_to_keep is None or not os.path.isdir(self.export_directory):
+            return
+        steps = sorted(int(name) for name in os.listdir(self.export_directory) if name.isdigit()
+                       and os.path.isdir(os.path.join(self.export_directory, name)))
+        for step in steps[: max(len(steps) - self.max_exports_to_keep, 0)]:
+            shutil.rmtree(os.path.join(self.export_directory, str(step)))
+            logger.info("removed the export %s (eval.max_exports_to_keep: %d)",
+                        os.path.join(self.export_directory, str(step)), self.max_exports_to_keep)
 
     def should_stop(self):
         stopping = self.early_stopping

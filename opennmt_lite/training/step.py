@@ -35,6 +35,7 @@ import tensorflow as tf
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
 from opennmt_lite.training.losses import cross_entropy_sequence_loss, max_margin_loss
+from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -95,11 +96,13 @@ def split_batch(batch, parts):
 
 
 def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1,
-                    max_margin_eta=None):
+                    max_margin_eta=None, regularization=None):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
     Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
     slices of the batch (split_batch), computed independently (see the module docstring).
-    `max_margin_eta`: contrastive learning's loss instead (normalizer 1)."""
+    `max_margin_eta`: contrastive learning's loss instead (normalizer 1). `regularization`:
+    (l1, l2) scales of OpenNMT-tf's weight penalty, added once to the batch's summed loss
+    whichever loss it is (training/regularization.py)."""
     scaled = inner_optimizer(optimizer) is not optimizer
     with tf.GradientTape() as tape:
         parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
@@ -112,15 +115,37 @@ def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_ti
                 compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
                 for part in parts))
             loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
+        if regularization is not None:
+            loss += weight_penalty(penalized_weights(model), regularization)
         objective = optimizer.scale_loss(loss) if scaled else loss
     return tape.gradient(objective, model.trainable_variables), loss, normalizer
 
 
-def apply_gradients(optimizer, grads, variables, normalizer):
-    """Divides by the normalizer and applies. With loss scaling, a skipped (non-finite) update
-    still advances the step counter, as in OpenNMT-tf, so the learning-rate schedule moves on."""
+def clip_global_norm(grads, clip_norm, context=None):
+    """`params.clip_gradients`: the gradients scaled by clip_norm / max(norm, clip_norm), norm
+    being the global norm of their sum over the replicas of `context` (None: one replica), as
+    tf.clip_by_global_norm (a non-finite norm makes every gradient NaN, so that loss scaling
+    still skips the update)."""
+    if context is None or context.num_replicas_in_sync == 1:
+        return tf.clip_by_global_norm(grads, clip_norm)[0]
+    norm = tf.linalg.global_norm(context.all_reduce("sum", grads))
+    scale = clip_norm * tf.minimum(1.0 / norm, 1.0 / clip_norm)
+    scale = tf.where(tf.math.is_finite(norm), scale, float("nan"))
+    return [g * scale for g in grads]
+
+
+def apply_gradients(optimizer, grads, variables, normalizer, clip_norm=None, context=None):
+    """Divides by the normalizer, clips the global norm to `clip_norm` (if set; the gradient
+    the update applies: accumulated, normalised, summed over the replicas of `context`, loss
+    scale removed), and applies. With loss scaling, a skipped (non-finite) update still advances
+    the step counter, as in OpenNMT-tf, so the learning-rate schedule moves on."""
     grads = [g / normalizer for g in grads]
     inner = inner_optimizer(optimizer)
+    if clip_norm:
+        # (the gradients still carry the loss scale, which the LossScaleOptimizer removes: the
+        # threshold carries it too)
+        scale = optimizer.dynamic_scale if inner is not optimizer else 1.0
+        grads = clip_global_norm(grads, clip_norm * scale, context)
     # (tf.identity: a snapshot; Keras' `.value` is the variable itself, read again later.)
     before = tf.identity(inner.iterations.value)
     optimizer.apply(grads, variables)
@@ -165,10 +190,15 @@ class TrainStep:
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
-                 max_margin_eta=None, example_weights=False):
+                 max_margin_eta=None, example_weights=False, regularization=None,
+                 clip_gradients=None):
+        """`regularization`: (l1, l2) scales of OpenNMT-tf's weight penalty, or None;
+        `clip_gradients`: the global norm each update's gradient is clipped to, or None."""
         self.model = model
         # (None: the cross-entropy; else contrastive learning's max-margin loss, see above)
         self.max_margin_eta = max_margin_eta
+        self.regularization = regularization
+        self.clip_gradients = clip_gradients
         self.sub_batches = sub_batches
         self.optimizer = optimizer
         self.accum_steps = accum_steps
@@ -197,7 +227,8 @@ class TrainStep:
     def _replica_accumulate(self, batch):
         grads, loss, normalizer = batch_gradients(
             self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
-            self.sub_batches, self.max_margin_eta)
+            self.sub_batches, max_margin_eta=self.max_margin_eta,
+            regularization=self.regularization)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
@@ -224,7 +255,7 @@ class TrainStep:
         context = tf.distribute.get_replica_context()
         total = context.all_reduce("sum", self.normalizer.read_value())
         grads = [a.read_value() for a in self.accumulators]
-        apply_gradients(self.optimizer, grads, self.variables, total)
+        apply_gradients(self.optimizer, grads, self.variables, total, self.clip_gradients, context)
         for accumulator in self.accumulators:
             accumulator.assign(tf.zeros_like(accumulator))
         self.normalizer.assign(0.0)

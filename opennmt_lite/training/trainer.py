@@ -20,7 +20,8 @@ import tensorflow as tf
 from opennmt_lite.checkpointing.formats import restore_for_training
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.checkpointing.store import CheckpointWriteError, checkpoint_directory
-from opennmt_lite.checkpointing.training_checkpoint import GROUPS_DONE, training_checkpoint
+from opennmt_lite.checkpointing.training_checkpoint import (
+    GROUPS_DONE, restored_trained_weights, training_checkpoint)
 from opennmt_lite.errors import UserError
 from opennmt_lite.training.distribute import is_chief
 
@@ -138,10 +139,12 @@ class Trainer:
     """
 
     def __init__(self, model_dir, train_config, model, optimizer, training_inputs, train_step,
-                 strategy=None, evaluator=None):
+                 strategy=None, evaluator=None, moving_average=None):
         """Objects built by `opennmt_lite.build.trainer`; `train_config` is the `train` section.
-        `training_inputs` holds one TrainingInput per local replica. Nothing is restored yet
+        `training_inputs` holds one TrainingInput per local replica; `moving_average`: a
+        training.moving_average.MovingAverage of the model, or None. Nothing is restored yet
         (see restore)."""
+        self.moving_average = moving_average
         self.model_dir = model_dir
         self.train_config = train_config
         self.model = model
@@ -157,6 +160,7 @@ class Trainer:
             save_dir=save_dir if self.chief else self._scratch,
             restore_dir=save_dir,  # every worker resumes from the chief's checkpoints
             max_to_keep=train_config.keep_checkpoint_max,
+            averages=moving_average.averages if moving_average else None,
         )
         # Groups of batches consumed so far: saved with the weights so that a resumed run reads
         # the data from where the interrupted one stopped.
@@ -182,6 +186,11 @@ class Trainer:
         its prefix, or None (training starts from scratch). TrainingError if the step restored
         already reaches train.max_step."""
         self.restored = restore_for_training(self.checkpoint, self.model_dir)
+        if self.moving_average is not None:
+            if restored_trained_weights(self.checkpoint):
+                self.moving_average.fresh = False  # (the averages were restored too)
+            else:
+                self.moving_average.start_from_weights()
         if self.max_step is not None and self.step >= self.max_step:
             raise TrainingError(
                 f"the checkpoint is at step {self.step}, which reaches train.max_step="
@@ -207,6 +216,14 @@ class Trainer:
             if self.chief:
                 logger.info("saved checkpoint %s", path)
 
+    def evaluate(self, step):
+        """Runs the evaluator (and its export on best) on the averaged weights if there is a
+        moving average, as OpenNMT-tf does."""
+        if self.moving_average is None:
+            return self.evaluator(step)
+        with self.moving_average.averaged_weights():
+            return self.evaluator(step)
+
     def run(self):
         """Trains; returns {"step", "loss", "stopped", "checkpoint"}."""
         train_config = self.train_config
@@ -223,6 +240,8 @@ class Trainer:
                 result = self.train_step(group)
                 self.groups_done.assign_add(1)
                 step = self.step
+                if self.moving_average is not None:
+                    self.moving_average.update(step)
                 loss = float(result["loss"])
                 summary.update(step=step, loss=loss)
                 if not math.isfinite(loss):
@@ -239,7 +258,7 @@ class Trainer:
                 if step == 1 or (save_every and step % save_every == 0):
                     self.save()
                 if evaluator is not None and evaluator.due(step):
-                    evaluator(step)
+                    self.evaluate(step)
                     if evaluator.should_stop():
                         summary["stopped"] = "early_stopping"
                         break
@@ -254,7 +273,7 @@ class Trainer:
             self.save()
             if (evaluator is not None and summary["stopped"] in ("max_step", "end_of_data")
                     and not evaluator.evaluated(self.step)):
-                evaluator(self.step)
+                self.evaluate(self.step)
         summary["checkpoint"] = self.checkpoint.latest
         if not self.chief:
             shutil.rmtree(self._scratch, ignore_errors=True)
