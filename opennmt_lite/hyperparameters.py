@@ -10,6 +10,9 @@ dict, `from_dict` rebuilds it). The exports, OpenNMT-tf import and the inspector
 import dataclasses
 
 SHARE_EMBEDDINGS = ("none", "source_target_input", "target", "all")
+# OpenNMT-tf's EmbeddingsSharingLevel.AUTO, a config value only: "all" when the source and target
+# vocabularies are the same file (as the config names them), else "target" (resolved by config.py).
+SHARE_EMBEDDINGS_AUTO = "auto"
 # "auto": none with relative positions (OpenNMT-tf's TransformerRelative), sinusoidal without.
 # A new absolute encoding is named here and made in opennmt_lite/layers/position.py.
 POSITION_ENCODINGS = ("auto", "sinusoidal", "none")
@@ -114,4 +117,10 @@ PRESETS = {
     "TransformerBaseSharedEmbeddings": dict(_BASE, share_embeddings="all"),
     "TransformerBigSharedEmbeddings": dict(_BIG, share_embeddings="all"),
     "TransformerTiny": dict(_BASE, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=64),
+    # Ott et al. (2018), fairseq's transformer_wmt_en_de_big: post-norm, no output-layer bias,
+    # embeddings shared as EmbeddingsSharingLevel.AUTO (see SHARE_EMBEDDINGS_AUTO). Their
+    # auto_config (the source `</s>`, Adam, InvSqrtDecay...) is in config.py.
+    "ScalingNmtEnDe": dict(_BIG, pre_norm=False, dropout=0.3, attention_dropout=0.1,
+                           ffn_dropout=0.0, share_embeddings="auto", output_layer_bias=False),
 }
+PRESETS["ScalingNmtEnFr"] = dict(PRESETS["ScalingNmtEnDe"], dropout=0.1, attention_dropout=0.0)

@@ -35,7 +35,8 @@ def run(args, config):
                         f"--predictions_file {args.predictions_file} has {len(targets)}: they "
                         "must align line by line")
     model, assets, prefix = build.inference_model(config, args.checkpoint)
-    data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets)
+    data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets,
+                                config.data)
     scores = score_pairs(model, data)
     tokens = assets.target_tokenizer.tokenize_batch(targets)
     with writing(f"--output_file {args.output_file}" if args.output_file else "standard output"):

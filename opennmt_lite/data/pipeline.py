@@ -9,6 +9,9 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
   source_ids [B, Ts], source_length [B], target_ids_in [B, Tt] (`<s>` + ids),
   target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
 
+as the default sequence controls make them (other controls: see corpus.py; the source ids then
+hold their `<s>`/`</s>`, counted in source_length)
+
 (evaluation adds `index` [B] int64, the 0-based line of each example). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
@@ -21,7 +24,8 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.data import batching
-from opennmt_lite.data.corpus import load_monolingual_corpus, load_parallel_corpus
+from opennmt_lite.data.corpus import (
+    SOURCE_CONTROLS, TARGET_CONTROLS, load_monolingual_corpus, load_parallel_corpus)
 from opennmt_lite.data.vocab import BOS_ID, EOS_ID
 
 logger = logging.getLogger("opennmt_lite")
@@ -44,19 +48,34 @@ def batch_signature(with_index=False):
     return spec
 
 
+def _controlled(ragged, indices, length, controls):
+    """[len(indices), length] ids of `ragged`'s sequences with the `<s>`/`</s>` of `controls`."""
+    return ragged.padded(indices, length, prefix=BOS_ID if controls.start else None,
+                         suffix=EOS_ID if controls.end else None)
+
+
+def _padded_source(corpus, indices, pad_to_multiple):
+    source_length = corpus.source_lengths[indices]
+    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
+    return _controlled(corpus.source, indices, source_time, corpus.source_controls), source_length
+
+
 def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
     """The padded NumPy batch (dict) of corpus examples `indices`."""
     indices = np.asarray(indices, dtype=np.int64)
-    source_length = corpus.source.lengths[indices]
-    target_pieces = corpus.target.lengths[indices]
-    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
-    target_time = int(batching.round_up(int(target_pieces.max()) + 1, pad_to_multiple))
+    source_ids, source_length = _padded_source(corpus, indices, pad_to_multiple)
+    # The target with its controls, one id longer than the decoder's sequences: the decoder
+    # reads it but for its last id and predicts it but for its first (OpenNMT-tf's decoder mode).
+    target_length = corpus.target_lengths[indices]
+    target_time = max(int(batching.round_up(int(target_length.max()), pad_to_multiple)), 1)
+    full = _controlled(corpus.target, indices, target_time + 1, corpus.target_controls)
+    reads = np.arange(target_time)[np.newaxis, :] < target_length[:, np.newaxis]
     batch = {
-        "source_ids": corpus.source.padded(indices, source_time),
+        "source_ids": source_ids,
         "source_length": source_length.astype(np.int32),
-        "target_ids_in": corpus.target.padded(indices, target_time, prefix=BOS_ID),
-        "target_ids_out": corpus.target.padded(indices, target_time, suffix=EOS_ID),
-        "target_length": (target_pieces + 1).astype(np.int32),
+        "target_ids_in": np.where(reads, full[:, :-1], 0).astype(np.int32),
+        "target_ids_out": np.ascontiguousarray(full[:, 1:]),
+        "target_length": np.maximum(target_length, 0).astype(np.int32),
     }
     if with_index:
         batch["index"] = corpus.line_index[indices]
@@ -65,10 +84,9 @@ def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
 
 def pad_source_batch(corpus, indices, pad_to_multiple=1):
     indices = np.asarray(indices, dtype=np.int64)
-    source_length = corpus.source.lengths[indices]
-    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
+    source_ids, source_length = _padded_source(corpus, indices, pad_to_multiple)
     return {
-        "source_ids": corpus.source.padded(indices, source_time),
+        "source_ids": source_ids,
         "source_length": source_length.astype(np.int32),
         "index": corpus.line_index[indices],
     }
@@ -111,6 +129,8 @@ class TrainingInput:
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
+      source_controls, target_controls: the `corpus.Controls` of each side (OpenNMT-tf's
+        sequence controls; default: none on the source, `<s>` and `</s>` on the target).
 
     Same seed, same arguments: the same batches in the same order, every time the dataset is
     iterated. Without shuffling, one pass yields every kept example exactly once (with
@@ -123,7 +143,8 @@ class TrainingInput:
                  batch_size_multiple=1, scheme="sorted", length_bucket_width=1,
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
-                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True):
+                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True,
+                 source_controls=SOURCE_CONTROLS, target_controls=TARGET_CONTROLS):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -144,7 +165,8 @@ class TrainingInput:
                 maximum_features_length=maximum_features_length,
                 maximum_labels_length=maximum_labels_length,
                 drop_empty_target=drop_empty_target, num_shards=num_shards,
-                shard_index=shard_index,
+                shard_index=shard_index, source_controls=source_controls,
+                target_controls=target_controls,
             )
         self.stats = self.corpus.stats
         self.batch_size = int(batch_size)
@@ -295,12 +317,14 @@ class EvaluationInput:
 
     def __init__(self, features_file, labels_file, *, source_vocabulary, target_vocabulary,
                  batch_size, source_tokenizer=None, target_tokenizer=None, batch_type="examples",
-                 length_bucket_width=None, pad_to_multiple=1):
+                 length_bucket_width=None, pad_to_multiple=1, source_controls=SOURCE_CONTROLS,
+                 target_controls=TARGET_CONTROLS):
         self.corpus = load_parallel_corpus(
             features_file, labels_file,
             source_vocabulary=source_vocabulary, target_vocabulary=target_vocabulary,
             source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-            filter_examples=False,
+            filter_examples=False, source_controls=source_controls,
+            target_controls=target_controls,
         )
         self.stats = self.corpus.stats
         self.pad_to_multiple = pad_to_multiple
@@ -324,9 +348,10 @@ class InferenceInput:
 
     def __init__(self, features_file, *, source_vocabulary, batch_size, source_tokenizer=None,
                  batch_type="examples", length_bucket_width=None, pad_to_multiple=1,
-                 maximum_features_length=None):
+                 maximum_features_length=None, source_controls=SOURCE_CONTROLS):
         self.corpus = load_monolingual_corpus(
-            features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer)
+            features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer,
+            source_controls=source_controls)
         self.truncated = {}
         if maximum_features_length:
             self.truncated = self.corpus.truncate(maximum_features_length)

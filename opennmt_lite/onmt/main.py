@@ -73,12 +73,10 @@ REFUSED = {
 }
 REFUSED["--format tflite_dynamic_range"] = REFUSED["--format tflite_float16"] = REFUSED["--format tflite"]
 for _name in CATALOG:
-    if not _name.startswith("Transformer"):
+    if not _name.startswith(("Transformer", "ScalingNmt")):
         REFUSED[f"--model_type {_name}"] = (
-            "opennmt-lite implements the Transformer models of the catalog only (Transformer*)"
-            if not _name.startswith("ScalingNmt") else
-            "not implemented (source sequence controls and EmbeddingsSharingLevel.AUTO); "
-            "use TransformerBig with a model section or model file")
+            "opennmt-lite implements the Transformer models of the catalog only (Transformer*, "
+            "ScalingNmtEnDe, ScalingNmtEnFr)")
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -110,7 +108,7 @@ def build_parser():
     parser.add_argument("--auto_config", default=None, action="store_true",
                         help="apply the model's automatic configuration values (off without it)")
     parser.add_argument("--model_type", default="", choices=CATALOG,
-                        help="model from OpenNMT-tf's catalog (the Transformer* ones)")
+                        help="model from OpenNMT-tf's catalog (the Transformer* and ScalingNmt* ones)")
     parser.add_argument("--model", default="", help="OpenNMT-tf model file (model.py)")
     parser.add_argument("--run_dir", default="", help="model_dir is relative to this directory")
     parser.add_argument("--data_dir", default="", help="data files are taken from this "

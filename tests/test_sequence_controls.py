@@ -1,0 +1,133 @@
+"""`data.source_sequence_controls` / `target_sequence_controls` (and OpenNMT-tf's older
+`data.sequence_controls`): how the config reads them, what the batches hold, and, against
+OpenNMT-tf 2.32's own outputs on a model it trained with a source `</s>`
+(tests/fixtures/onmt_tf_seqctl/README.md), what infer, score and the exports print."""
+
+import numpy as np
+import pytest
+import yaml
+
+from opennmt_lite.config import ConfigError, UNSUPPORTED_ONMT_KEYS, load_config
+from opennmt_lite.data.corpus import Controls, ParallelCorpus, RaggedIds, filter_mask
+from opennmt_lite.data.pipeline import pad_parallel_batch, pad_source_batch
+
+MINIMAL = {"model_dir": "runs/x", "model": {"preset": "TransformerTiny"}}
+
+
+def controls_of(tmp_path, data):
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(dict(MINIMAL, data=data)))
+    config = load_config(str(path))
+    return ((config.data.source_sequence_controls.start, config.data.source_sequence_controls.end),
+            (config.data.target_sequence_controls.start, config.data.target_sequence_controls.end))
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({}, ((False, False), (True, True))),  # OpenNMT-tf's defaults
+    ({"source_sequence_controls": {"start": False, "end": True}}, ((False, True), (True, True))),
+    ({"source_sequence_controls": {"end": True}}, ((False, True), (True, True))),  # missing = false
+    ({"target_sequence_controls": {"end": True}}, ((False, False), (False, True))),
+    ({"target_sequence_controls": {"start": True, "end": None}}, ((False, False), (True, False))),
+    ({"target_sequence_controls": {}}, ((False, False), (True, True))),  # empty: the default
+    # the older unprefixed key applies to each side whose own key is unset (or null)
+    ({"sequence_controls": {"start": True, "end": True}}, ((True, True), (True, True))),
+    ({"sequence_controls": {"start": True}, "source_sequence_controls": {"end": True}},
+     ((False, True), (True, False))),
+    ({"sequence_controls": {"end": True}, "source_sequence_controls": None},
+     ((False, True), (False, True))),
+])
+def test_the_config_reads_the_controls_as_opennmt_tf(tmp_path, data, expected):
+    assert controls_of(tmp_path, data) == expected
+
+
+@pytest.mark.parametrize("value, message", [
+    (True, "data.source_sequence_controls must be a mapping, got True"),
+    ("end", "data.source_sequence_controls must be a mapping, got 'end'"),
+    ({"end": 1}, "data.source_sequence_controls.end: expected true or false, got 1"),
+    ({"end": "yes"}, "data.source_sequence_controls.end: expected true or false, got 'yes'"),
+    ({"ends": True}, "data.source_sequence_controls.ends: unknown key (did you mean "
+                     "data.source_sequence_controls.end?)"),
+])
+def test_a_bad_value_is_one_line_naming_the_key(tmp_path, value, message):
+    with pytest.raises(ConfigError) as error:
+        controls_of(tmp_path, {"source_sequence_controls": value})
+    assert message in str(error.value) and "\n" not in str(error.value)
+    assert not any("sequence_controls" in name for name in UNSUPPORTED_ONMT_KEYS)
+
+
+def test_bad_controls_exit_2_from_the_command_line(tmp_path, capsys):
+    import run
+
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(dict(MINIMAL, data={"target_sequence_controls": [True]})))
+    assert run.main(["infer", "--config", str(path), "--features_file", "x"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.endswith("data.target_sequence_controls must be a mapping, got [True]")
+    assert "Traceback" not in error and len(error.splitlines()) == 1
+
+
+# -- the batches ------------------------------------------------------------------------------
+
+BOS, EOS = 1, 2
+
+
+def corpus(source_controls, target_controls):
+    """Two examples: source [5 6 7] / target [8 9], and source [5] / target [8 9 10]."""
+    source = RaggedIds(np.array([5, 6, 7, 5]), np.array([0, 3, 4]))
+    target = RaggedIds(np.array([8, 9, 8, 9, 10]), np.array([0, 2, 5]))
+    return ParallelCorpus(source, target, [0, 1], None, Controls(*source_controls),
+                          Controls(*target_controls))
+
+
+def test_default_controls_make_the_batches_they_always_made():
+    batch = pad_parallel_batch(corpus((False, False), (True, True)), [0, 1])
+    np.testing.assert_array_equal(batch["source_ids"], [[5, 6, 7], [5, 0, 0]])
+    np.testing.assert_array_equal(batch["source_length"], [3, 1])
+    np.testing.assert_array_equal(batch["target_ids_in"], [[BOS, 8, 9, 0], [BOS, 8, 9, 10]])
+    np.testing.assert_array_equal(batch["target_ids_out"], [[8, 9, EOS, 0], [8, 9, 10, EOS]])
+    np.testing.assert_array_equal(batch["target_length"], [3, 4])
+
+
+@pytest.mark.parametrize("source_controls, source_ids, source_length", [
+    ((False, True), [[5, 6, 7, EOS], [5, EOS, 0, 0]], [4, 2]),
+    ((True, False), [[BOS, 5, 6, 7], [BOS, 5, 0, 0]], [4, 2]),
+    ((True, True), [[BOS, 5, 6, 7, EOS], [BOS, 5, EOS, 0, 0]], [5, 3]),
+])
+def test_the_source_gets_its_controls_in_training_and_inference_batches(source_controls, source_ids,
+                                                                        source_length):
+    data = corpus(source_controls, (True, True))
+    for batch in (pad_parallel_batch(data, [0, 1]), pad_source_batch(data, [0, 1])):
+        np.testing.assert_array_equal(batch["source_ids"], source_ids)
+        np.testing.assert_array_equal(batch["source_length"], source_length)
+    np.testing.assert_array_equal(data.source_lengths, source_length)  # (what batching counts)
+
+
+@pytest.mark.parametrize("target_controls, ids_in, ids_out, length", [
+    # OpenNMT-tf's decoder mode: the full sequence, read but for its last id, predicted but for
+    # its first.
+    ((False, True), [[8, 9, 0], [8, 9, 10]], [[9, EOS, 0], [9, 10, EOS]], [2, 3]),
+    ((True, False), [[BOS, 8, 0], [BOS, 8, 9]], [[8, 9, 0], [8, 9, 10]], [2, 3]),
+    ((False, False), [[8, 0], [8, 9]], [[9, 0], [9, 10]], [1, 2]),
+])
+def test_the_target_controls_shift_what_the_decoder_reads_and_predicts(target_controls, ids_in,
+                                                                       ids_out, length):
+    batch = pad_parallel_batch(corpus((False, False), target_controls), [0, 1])
+    np.testing.assert_array_equal(batch["target_ids_in"], ids_in)
+    np.testing.assert_array_equal(batch["target_ids_out"], ids_out)
+    np.testing.assert_array_equal(batch["target_length"], length)
+
+
+def test_the_training_filter_counts_the_controls():
+    # A source of 3 pieces with </s> is 4 long: kept up to maximum_features_length 4, not 3.
+    keep, _ = filter_mask([3], [2], 3, None, source_controls=Controls(False, True))
+    assert not keep[0]
+    keep, _ = filter_mask([3], [2], 4, None, source_controls=Controls(False, True))
+    assert keep[0]
+    # A target of 2 pieces without <s> is 2 long for the decoder (3 by default).
+    keep, _ = filter_mask([1], [2], None, 2, target_controls=Controls(False, True))
+    assert keep[0]
+    keep, _ = filter_mask([1], [2], None, 2)
+    assert not keep[0]
+    # An empty source with </s> has length 1: OpenNMT-tf keeps it.
+    keep, reasons = filter_mask([0], [2], None, None, source_controls=Controls(False, True))
+    assert keep[0] and not reasons["empty_source"][0]
