@@ -131,3 +131,117 @@ def test_the_training_filter_counts_the_controls():
     # An empty source with </s> has length 1: OpenNMT-tf keeps it.
     keep, reasons = filter_mask([0], [2], None, None, source_controls=Controls(False, True))
     assert keep[0] and not reasons["empty_source"][0]
+
+
+# -- against OpenNMT-tf 2.32 -------------------------------------------------------------------
+
+from conftest import FIXTURES  # noqa: E402
+
+SEQCTL = FIXTURES / "onmt_tf_seqctl"
+# The model of SEQCTL/model.py, as a model section.
+MODEL = {"num_layers": 2, "num_units": 32, "num_heads": 2, "ffn_inner_dim": 64,
+         "maximum_relative_position": 8}
+SCORE_TOLERANCE = 1e-4
+TRUNCATED_SCORE_TOLERANCE = 1e-3
+
+
+def fixture_lines(name):
+    return (SEQCTL / name).read_text(encoding="utf-8").splitlines()
+
+
+def fixture_config(*extra):
+    """The fixture's own OpenNMT-tf YAML (and `extra` ones of its folder), with the model."""
+    overrides = {"model_dir": str(SEQCTL), "auto_config": False, "model": MODEL}
+    return load_config([str(SEQCTL / "config.yml")] + [str(SEQCTL / name) for name in extra],
+                       overrides)
+
+
+@pytest.fixture(scope="module")
+def onmt_model():
+    from opennmt_lite import build
+
+    config = fixture_config()
+    model, assets, _ = build.inference_model(config)
+    return model, assets
+
+
+def infer(onmt_model, extra, features="test.first100.tok.en"):
+    """The lines `infer` prints with the fixture's config and `extra` (its OpenNMT-tf file)."""
+    from opennmt_lite import build
+    from opennmt_lite.inference.translate import format_lines, translate_file
+
+    model, assets = onmt_model
+    config = fixture_config(extra)
+    data = build.inference_input(str(SEQCTL / features), config.infer, assets, config.data)
+    options = build.decoding_options(config.params, config.infer)
+    results = translate_file(model, assets, data, options, progress=False,
+                             alignments=config.infer.with_alignments)
+    return list(format_lines(results, config.infer.with_scores, config.infer.with_alignments))
+
+
+def same_lines(ours, theirs, soft=False):
+    """How many `SCORE ||| text ||| alignment` lines are equal (scores within 1e-4, soft
+    alignments within 1e-5); an equal text always has an equal alignment."""
+    assert len(ours) == len(theirs)
+    equal = 0
+    for mine, reference in zip(ours, theirs):
+        a, b = mine.split(" ||| "), reference.split(" ||| ")
+        if a[1] != b[1]:
+            print(f"differs:\n  ours: {mine[:160]}\n  onmt: {reference[:160]}")
+            continue
+        equal += 1
+        # (a hypothesis stopped at 250 tokens sums 250 float32 log-probabilities)
+        tolerance = TRUNCATED_SCORE_TOLERANCE if len(a[1].split()) >= 250 else SCORE_TOLERANCE
+        assert abs(float(a[0]) - float(b[0])) <= tolerance, (mine, reference)
+        if soft:
+            np.testing.assert_allclose([[float(x) for x in v.split()] for v in a[2].split(" ; ")],
+                                       [[float(x) for x in v.split()] for v in b[2].split(" ; ")],
+                                       atol=1e-5, rtol=0)
+        elif len(a) == 3:
+            assert a[2] == b[2], (mine, reference)
+    return equal
+
+
+@pytest.mark.parametrize("tag", ["beam1.hard", "beam4.hard", "beam4.replace.hard",
+                                 "beam4.source-bos.replace.hard"])
+def test_infer_prints_what_opennmt_tf_prints(onmt_model, tag):
+    """Translations, scores and hard alignments of a model trained with a source `</s>`
+    (alignment columns over the source the model sees, its `</s>` included, as OpenNMT-tf prints
+    them); with replace_unknown_target, the `</s>` (and a `<s>`, shifted out) never chosen."""
+    theirs = fixture_lines(f"pred.first100.{tag}.tok.de")
+    ours = infer(onmt_model, f"infer-{tag}.yml")
+    assert same_lines(ours, theirs) >= 99
+    if "replace" in tag:
+        assert not any("<unk>" in line.split(" ||| ")[1] for line in ours)
+
+
+def test_soft_alignments_hold_the_source_end_column(onmt_model):
+    theirs = fixture_lines("pred.first20.beam1.soft.tok.de")
+    ours = infer(onmt_model, "infer-beam1.soft.yml", "test.first20.tok.en")
+    assert same_lines(ours, theirs, soft=True) == 20
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (None, "score.first100.txt"),
+    ("score.target-no-start.yml", "score.first100.target-no-start.txt"),
+    ("score.target-no-end.yml", "score.first100.target-no-end.txt"),
+    ("score.legacy-keys.yml", "score.first100.legacy-keys.txt"),
+])
+def test_score_prints_what_opennmt_tf_prints(onmt_model, extra, expected):
+    """`score` with the source `</s>`, and with target controls that shift what the decoder reads
+    and predicts (the training loss's teacher forcing): OpenNMT-tf's NLL and tokens."""
+    from opennmt_lite import build
+    from opennmt_lite.inference.score import format_lines, score_pairs
+
+    model, assets = onmt_model
+    config = fixture_config(*([extra] if extra else []))
+    data = build.scoring_input(str(SEQCTL / "test.first100.tok.en"),
+                               str(SEQCTL / "test.first100.tok.de"), config.score, assets,
+                               config.data)
+    targets = [line.split() for line in fixture_lines("test.first100.tok.de")]
+    ours = list(format_lines(score_pairs(model, data), targets))
+    theirs = fixture_lines(expected)
+    for mine, reference in zip(ours, theirs):
+        assert mine.split(" ||| ")[1] == reference.split(" ||| ")[1]
+        assert abs(float(mine.split(" ||| ")[0]) - float(reference.split(" ||| ")[0])) <= SCORE_TOLERANCE
+    assert len(ours) == len(theirs) == 100

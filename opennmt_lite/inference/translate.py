@@ -108,7 +108,10 @@ def replace_unknown_tokens(tokens, unknown, source_tokens, alignment, first=0):
     tokens = list(tokens)
     for position in np.flatnonzero(unknown):
         if source_length:
-            row = alignment[position, first:first + source_length]
+            # (no vector for the last token of a hypothesis stopped at maximum_decoding_length:
+            # OpenNMT-tf pads the alignment with zeros, whose argmax is the first token)
+            row = (alignment[position, first:first + source_length] if position < len(alignment)
+                   else np.zeros([source_length]))
             tokens[position] = source_tokens[int(np.argmax(row))]
     return tokens
 
