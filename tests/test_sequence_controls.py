@@ -245,3 +245,61 @@ def test_score_prints_what_opennmt_tf_prints(onmt_model, extra, expected):
         assert mine.split(" ||| ")[1] == reference.split(" ||| ")[1]
         assert abs(float(mine.split(" ||| ")[0]) - float(reference.split(" ||| ")[0])) <= SCORE_TOLERANCE
     assert len(ours) == len(theirs) == 100
+
+
+def test_ctranslate2_export_adds_the_source_end_itself(onmt_model, tmp_path):
+    """The exported model's config.json asks CTranslate2 for the source `</s>` (as its own
+    OpenNMT-tf converter does): greedy translations and scores are OpenNMT-tf's. Its attention
+    covers the sentence's own tokens only (no `</s>` column), so hard alignments OpenNMT-tf points
+    at `</s>` differ."""
+    import json
+
+    from opennmt_lite import build
+    from opennmt_lite.export import ctranslate2 as ct2_export
+    from opennmt_lite.inference import ctranslate2 as ct2_infer
+    from opennmt_lite.inference.translate import format_lines
+
+    model, assets = onmt_model
+    config = fixture_config("infer-beam1.hard.yml")
+    options = build.decoding_options(config.params, config.infer)
+    directory = str(tmp_path / "ct2")
+    ct2_export.export_model(model, assets, options, config.data, directory)
+    settings = json.loads((tmp_path / "ct2" / "config.json").read_text())
+    assert settings["add_source_eos"] is True and settings["add_source_bos"] is False
+    translator = ct2_infer.load_translator(directory, assets)
+    data = build.inference_input(str(SEQCTL / "test.first100.tok.en"), config.infer, assets,
+                                 config.data)
+    results = ct2_infer.translate_file(translator, assets, data, options, progress=False)
+    ours = list(format_lines(results, True))
+    theirs = [" ||| ".join(line.split(" ||| ")[:2]) for line in fixture_lines("pred.first100.beam1.hard.tok.de")]
+    assert same_lines(ours, theirs) >= 99
+
+
+def test_saved_model_adds_the_source_end_in_the_graph(onmt_model, tmp_path):
+    """serving_default (OpenNMT-tf's signature) on raw tokens: the graph appends `</s>`, so its
+    tokens, scores and alignment (over the source and its `</s>`) are OpenNMT-tf's."""
+    import tensorflow as tf
+
+    from opennmt_lite import build
+    from opennmt_lite.export.saved_model import export_model
+
+    model, assets = onmt_model
+    config = fixture_config()  # (beam_width 1)
+    directory = str(tmp_path / "saved_model")
+    export_model(model, assets, build.decoding_options(config.params, config.infer), config.data,
+                 directory)
+    served = tf.saved_model.load(directory).signatures["serving_default"]
+    sentences = [line.split() for line in fixture_lines("test.first100.tok.en")[:16]]
+    width = max(len(s) for s in sentences)
+    result = served(tokens=tf.constant([s + [""] * (width - len(s)) for s in sentences]),
+                    length=tf.constant([len(s) for s in sentences], tf.int32))
+    assert result["alignment"].shape[-1] == width + 1  # the `</s>` column
+    for row, reference in enumerate(fixture_lines("pred.first100.beam1.hard.tok.de")[:16]):
+        score, text, pairs = reference.split(" ||| ")
+        length = int(result["length"][row, 0])
+        tokens = [t.decode() for t in result["tokens"].numpy()[row, 0, :length]]
+        assert " ".join(tokens) == text
+        assert abs(float(result["log_probs"][row, 0]) - float(score)) <= TRUNCATED_SCORE_TOLERANCE
+        alignment = result["alignment"].numpy()[row, 0][:length]
+        printed = " ".join(f"{s}-{t}" for t, s in enumerate(np.argmax(alignment, -1)))
+        assert printed == pairs
