@@ -376,14 +376,16 @@ def configure(args):
     train = _train_overrides(args, user)
     if train:
         overrides["train"] = train
-    config = load_config(args.config, overrides)
     if custom_auto_config and auto_config:
-        # The model's own auto_config(): above opennmt-lite's Transformer values, below the files.
+        # The model's own auto_config(): above opennmt-lite's Transformer values, below the files
+        # (checked merged: the files may hold keys of its own schedule only, e.g. InvSqrtDecay's).
         combined = custom_auto_config
         for path in args.config:
             combined = merge(combined, _read_yaml([path]))
         config = build_config(merge(combined, overrides), source=" + ".join(args.config)
                               + f" + auto_config() of {origin}")
+    else:
+        config = load_config(args.config, overrides)
     _write_description(args, config.model_dir)
     return config
 
