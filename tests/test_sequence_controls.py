@@ -3,6 +3,8 @@
 OpenNMT-tf 2.32's own outputs on a model it trained with a source `</s>`
 (tests/fixtures/onmt_tf_seqctl/README.md), what infer, score and the exports print."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import yaml
@@ -303,3 +305,38 @@ def test_saved_model_adds_the_source_end_in_the_graph(onmt_model, tmp_path):
         alignment = result["alignment"].numpy()[row, 0][:length]
         printed = " ".join(f"{s}-{t}" for t, s in enumerate(np.argmax(alignment, -1)))
         assert printed == pairs
+
+
+def test_training_and_evaluation_inputs_carry_the_controls():
+    """What `train` feeds the model (build.training_inputs) and evaluates it on: the fixture's
+    source `</s>`, counted by maximum_features_length (a 3-piece limit keeps 2-piece sources)."""
+    from opennmt_lite import build
+
+    source, target = str(SEQCTL / "test.first100.tok.en"), str(SEQCTL / "test.first100.tok.de")
+    config = fixture_config()
+    data = dataclasses.replace(config.data, train_features_file=source, train_labels_file=target,
+                               eval_features_file=source, eval_labels_file=target)
+    train = dataclasses.replace(config.train, maximum_features_length=3, batch_type="examples",
+                                batch_size=8, length_bucket_width=1)
+    assets = build.assets(data)
+    training, = build.training_inputs(data, train, assets, None)
+    pieces = [len(line.split()) for line in fixture_lines("test.first100.tok.en")]
+    assert training.stats.num_examples == sum(0 < n <= 2 for n in pieces)
+    batch = next(training.numpy_batches(num_epochs=1))
+    rows = np.arange(len(batch["source_length"]))
+    np.testing.assert_array_equal(batch["source_ids"][rows, batch["source_length"] - 1], EOS)
+    np.testing.assert_array_equal(batch["target_ids_in"][:, 0], BOS)
+    evaluation = next(build.evaluation_input(data, config.eval, assets).numpy_batches())
+    first = np.array(assets.source_vocabulary.lookup(fixture_lines("test.first100.tok.en")[0].split()))
+    np.testing.assert_array_equal(evaluation["source_ids"][0, :len(first) + 1], np.append(first, EOS))
+
+
+def test_inspect_shows_the_source_as_the_model_reads_it():
+    from opennmt_lite import build
+    from opennmt_lite.commands import inspect as inspect_command
+
+    config = fixture_config()
+    args = type("Args", (), {"sentence": "Cannot open file", "ids": None, "batch": None})()
+    sources = inspect_command.sources_of(args, build.assets(config.data), None,
+                                         config.data.source_sequence_controls)
+    assert sources[0][0] == ["Cannot", "open", "file", "</s>"] and sources[0][1][-1] == EOS
