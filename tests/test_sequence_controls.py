@@ -340,3 +340,20 @@ def test_inspect_shows_the_source_as_the_model_reads_it():
     sources = inspect_command.sources_of(args, build.assets(config.data), None,
                                          config.data.source_sequence_controls)
     assert sources[0][0] == ["Cannot", "open", "file", "</s>"] and sources[0][1][-1] == EOS
+
+
+def test_infer_ctranslate2_refuses_a_model_exported_with_other_controls(tmp_path):
+    import json
+
+    from opennmt_lite.errors import ArgumentError
+    from opennmt_lite.inference import ctranslate2 as ct2_infer
+
+    (tmp_path / "config.json").write_text(json.dumps({"add_source_eos": False}))
+    config = fixture_config()
+    with pytest.raises(ArgumentError) as error:  # (exit 2)
+        ct2_infer.check_source_controls(str(tmp_path), config.data.source_sequence_controls)
+    assert str(error.value).endswith("its config.json has add_source_eos: false but "
+                                     "data.source_sequence_controls.end is true (the source </s>): "
+                                     "export the model with this config")
+    (tmp_path / "config.json").write_text(json.dumps({"add_source_eos": True}))
+    ct2_infer.check_source_controls(str(tmp_path), config.data.source_sequence_controls)

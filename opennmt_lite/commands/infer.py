@@ -58,6 +58,7 @@ def _translate_ctranslate2(args, config, options):
                             "model holds its own weights)")
     assets = build.assets(config.data)
     translator = ctranslate2.load_translator(args.ctranslate2, assets)
+    ctranslate2.check_source_controls(args.ctranslate2, config.data.source_sequence_controls)
     data = build.inference_input(args.features_file, config.infer, assets, config.data)
     return ctranslate2.translate_file(translator, assets, data, options,
                                       unk_token=ctranslate2.unknown_token(args.ctranslate2),
