@@ -23,7 +23,7 @@ from opennmt_lite import cpu
 from opennmt_lite.checkpointing import formats
 from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
 from opennmt_lite.config import ConfigError
-from opennmt_lite.data import EvaluationInput, InferenceInput, TrainingInput, accum_steps
+from opennmt_lite.data import Controls, EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
 from opennmt_lite.data.embeddings import load_pretrained_embeddings
 from opennmt_lite.data.tokenizers import make_tokenizer
@@ -187,6 +187,17 @@ def optimizer(params, dtype_policy="float32"):
     return result
 
 
+def sequence_controls(data):
+    """{"source_controls": ..., "target_controls": ...}: the `Controls` of each side (the `data`
+    section's resolved `*_sequence_controls`; no section: OpenNMT-tf's defaults), as the inputs
+    take them."""
+    if data is None:
+        return {}
+    return {f"{side}_controls": Controls(getattr(data, f"{side}_sequence_controls").start,
+                                         getattr(data, f"{side}_sequence_controls").end)
+            for side in ("source", "target")}
+
+
 def training_inputs(data, train, assets, strategy, negatives=None):
     """One `TrainingInput` per replica this process drives, each reading its own shard: several
     files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
@@ -217,6 +228,7 @@ def training_inputs(data, train, assets, strategy, negatives=None):
             pad_to_multiple=train.pad_to_multiple, pad_to_bucket_boundary=train.pad_to_bucket_boundary,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
             num_shards=num_shards, shard_index=shard_index, negatives=negatives,
+            **sequence_controls(data),
         ))
         if not sampled:
             weighted.with_example_weights(inputs[-1].corpus, data.example_weights, files)
@@ -240,27 +252,31 @@ def evaluation_input(data, eval_config, assets):
         source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
         source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
         batch_size=eval_config.batch_size, batch_type=eval_config.batch_type,
-        length_bucket_width=eval_config.length_bucket_width,
+        length_bucket_width=eval_config.length_bucket_width, **sequence_controls(data),
     )
 
 
-def scoring_input(features_file, labels_file, score_config, assets):
-    """The pairs `run.py score` scores (every pair, no length filter, as OpenNMT-tf)."""
+def scoring_input(features_file, labels_file, score_config, assets, data=None):
+    """The pairs `run.py score` scores (every pair, no length filter, as OpenNMT-tf), with the
+    `data` section's sequence controls."""
     return EvaluationInput(
         features_file, labels_file,
         source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
         source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
         batch_size=score_config.batch_size, batch_type=score_config.batch_type,
-        length_bucket_width=score_config.length_bucket_width,
+        length_bucket_width=score_config.length_bucket_width, **sequence_controls(data),
     )
 
 
-def inference_input(features_file, infer_config, assets):
+def inference_input(features_file, infer_config, assets, data=None):
+    """The lines `infer` translates, with the `data` section's source sequence controls."""
     return InferenceInput(
         features_file, source_vocabulary=assets.source_vocabulary,
         source_tokenizer=assets.source_tokenizer, batch_size=infer_config.batch_size,
         batch_type=infer_config.batch_type, length_bucket_width=infer_config.length_bucket_width or None,
         maximum_features_length=infer_config.maximum_features_length,
+        **{name: value for name, value in sequence_controls(data).items()
+           if name == "source_controls"},
     )
 
 

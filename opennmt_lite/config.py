@@ -26,7 +26,8 @@ import yaml
 
 from opennmt_lite.errors import UserError
 from opennmt_lite.hyperparameters import (
-    ARCHITECTURE, FFN_ACTIVATIONS, POSITION_ENCODINGS, PRESETS, SHARE_EMBEDDINGS, ModelHyperparameters)
+    ARCHITECTURE, FFN_ACTIVATIONS, POSITION_ENCODINGS, PRESETS, SHARE_EMBEDDINGS, SHARE_EMBEDDINGS_AUTO,
+    ModelHyperparameters)
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -117,6 +118,22 @@ class Embedding:
 
 
 @dataclasses.dataclass(frozen=True)
+class SequenceControls:
+    """`data.{source_,target_,}sequence_controls`: whether `<s>` (start) and `</s>` (end) are
+    added to the sequences. As in OpenNMT-tf, a key left out of a given mapping (or null) is
+    false; after loading, the source and target sections always hold the resolved values."""
+
+    start: bool = key("bool", False)
+    end: bool = key("bool", False)
+
+
+# OpenNMT-tf's sequence controls when a side sets none: the source as it is, the target with both
+# (what the decoder reads starts with <s>; what it predicts ends with </s>).
+DEFAULT_SEQUENCE_CONTROLS = {"source": {"start": False, "end": False},
+                             "target": {"start": True, "end": True}}
+
+
+@dataclasses.dataclass(frozen=True)
 class DataConfig:
     # A path, or a list of paths (tuples once loaded): several training files, concatenated, or
     # sampled with `train_files_weights` (see opennmt_lite/data/weighted.py).
@@ -133,6 +150,10 @@ class DataConfig:
     source_embedding: Embedding = section(Embedding, optional=True)
     target_embedding: Embedding = section(Embedding, optional=True)
     export_vocabulary_assets: bool = key("bool")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
+    source_sequence_controls: SequenceControls = section(SequenceControls, optional=True)
+    target_sequence_controls: SequenceControls = section(SequenceControls, optional=True)
+    # OpenNMT-tf's older key: read for a side whose own key is unset (see _resolve_controls).
+    sequence_controls: SequenceControls = section(SequenceControls, optional=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +174,7 @@ class ModelConfig:
     maximum_relative_position: int = key("int", minimum=1)
     pre_norm: bool = key("bool")
     position_encoding: str = key("str", choices=POSITION_ENCODINGS)
-    share_embeddings: str = key("str", choices=SHARE_EMBEDDINGS)
+    share_embeddings: str = key("str", choices=SHARE_EMBEDDINGS + (SHARE_EMBEDDINGS_AUTO,))
     output_layer_bias: bool = key("bool")
 
     @property
@@ -180,7 +201,7 @@ OPTIMIZER_KEYS["LazyAdam"] = OPTIMIZER_KEYS["Adam"]
 OPTIMIZER_KEYS["AdamW"] = OPTIMIZER_KEYS["Adam"] | {"weight_decay"}
 # decay_params of each schedule: (required keys, optional keys).
 DECAY_KEYS = {"NoamDecay": ({"model_dim", "warmup_steps"}, {"scale"}),
-              "InvSqrtDecay": ({"warmup_steps"}, {"learning_rate"})}
+              "InvSqrtDecay": ({"warmup_steps"}, {"learning_rate", "initial_learning_rate"})}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -408,6 +429,40 @@ AUTO_CONFIG = {
     "score": {"length_bucket_width": 5},
     "infer": {"batch_size": 32, "length_bucket_width": 5},
 }
+# The catalog models with an auto_config of their own (opennmt/models/catalog.py), merged over
+# AUTO_CONFIG when `model.preset` names them. Not taken from OpenNMT-tf: its `train.batch_size: 0`
+# (search for the largest batch that fits the GPU; here the Transformer's 3072 tokens stay, and
+# effective_batch_size sets the accumulation) and its `save_checkpoint_steps: 1000` (a misspelt
+# key that OpenNMT-tf itself ignores).
+PRESET_AUTO_CONFIG = {
+    "ScalingNmtEnDe": {
+        "data": {"source_sequence_controls": {"end": True}},
+        "params": {
+            "optimizer": "Adam",
+            "optimizer_params": {"beta_1": 0.9, "beta_2": 0.98, "epsilon": 1e-8},
+            "learning_rate": 0.001,
+            "decay_type": "InvSqrtDecay",
+            "decay_params": {"warmup_steps": 4000, "initial_learning_rate": 1e-7},
+        },
+        "train": {
+            "effective_batch_size": 458752,
+            "maximum_features_length": 175,
+            "maximum_labels_length": 175,
+            "keep_checkpoint_max": 10,
+            "average_last_checkpoints": 10,
+        },
+    },
+}
+PRESET_AUTO_CONFIG["ScalingNmtEnFr"] = {
+    "data": PRESET_AUTO_CONFIG["ScalingNmtEnDe"]["data"],
+    "params": dict(PRESET_AUTO_CONFIG["ScalingNmtEnDe"]["params"], learning_rate=0.0007),
+    "train": dict(PRESET_AUTO_CONFIG["ScalingNmtEnDe"]["train"], effective_batch_size=655360),
+}
+
+
+def auto_config(preset=None):
+    """OpenNMT-tf's auto_config of a model: the Transformer's, and its preset's own if it has one."""
+    return merge(AUTO_CONFIG, PRESET_AUTO_CONFIG.get(preset, {}))
 
 # Keys replaced as a whole rather than merged key by key (as OpenNMT-tf does).
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
@@ -484,9 +539,6 @@ def _check(value, leaf, where):
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
     "data.train_alignments": "guided alignment is not implemented",
-    "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
-    "data.source_sequence_controls": "sequence controls are not implemented",
-    "data.target_sequence_controls": "sequence controls are not implemented",
     "params.guided_alignment_type": "guided alignment is not implemented",
     "params.guided_alignment_weight": "guided alignment is not implemented",
 }
@@ -600,6 +652,15 @@ def _finalize_model(model, source):
         )
 
 
+def _automatic_sharing(data, model_dir):
+    """OpenNMT-tf's EmbeddingsSharingLevel.AUTO: every embedding shared when both sides name the
+    same vocabulary file (the paths compared as written, after the model_dir lookup), else the
+    target input and output only."""
+    source, target = (_resolve_path(data.get(name), model_dir)
+                      for name in ("source_vocabulary", "target_vocabulary"))
+    return "all" if source is not None and source == target else "target"
+
+
 def _finalize_params(params, model, train, source):
     optimizer_params = params["optimizer_params"]
     unknown = sorted(set(optimizer_params) - OPTIMIZER_KEYS[params["optimizer"]])
@@ -620,6 +681,11 @@ def _finalize_params(params, model, train, source):
                 raise ConfigError(
                     f"{source}: params.decay_params.{name} must be a positive integer for "
                     f"{decay_type}, got {value!r}")
+        for name in sorted(optional & set(decay_params)):
+            value = decay_params[name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+                raise ConfigError(f"{source}: params.decay_params.{name} must be a non-negative "
+                                  f"number for {decay_type}, got {value!r}")
     if params["average_loss_in_time"] is None:
         params["average_loss_in_time"] = train["batch_type"] == "tokens"
     clipping = sorted({"clipnorm", "global_clipnorm", "clipvalue"} & set(optimizer_params))
@@ -707,6 +773,8 @@ def _finalize_decoding_noise(params, infer, source):
 def _finalize(config, source):
     model, params, train, evaluation = config["model"], config["params"], config["train"], config["eval"]
     _finalize_model(model, source)
+    if model["share_embeddings"] == SHARE_EMBEDDINGS_AUTO:
+        model["share_embeddings"] = _automatic_sharing(config["data"], config["model_dir"])
     # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling; a negative
     # one would keep every unit and scale it down)
     for section_name, name in (("model", "dropout"), ("model", "attention_dropout"),
@@ -767,6 +835,7 @@ def _finalize(config, source):
             if not embedding["path"]:
                 raise ConfigError(f"{source}: data.{side}.path must name the embedding file")
             embedding["path"] = _resolve_path(embedding["path"], model_dir)
+    _resolve_controls(data)
     return config
 
 
@@ -826,6 +895,17 @@ def _finalize_scorers(evaluation, source):
     if unknown:
         raise ConfigError(f"{source}: eval.{name}: unknown scorer(s) {unknown}; available: {sorted(SCORERS)}")
     return scorers
+
+
+def _resolve_controls(data):
+    """OpenNMT-tf's reading of the sequence controls: a side's own key, else (unset or null) the
+    unprefixed `sequence_controls`; a non-empty mapping sets both flags (a missing one is false),
+    an empty one or none leaves the side's default."""
+    for side, default in DEFAULT_SEQUENCE_CONTROLS.items():
+        name = f"{side}_sequence_controls"
+        given = data.get(name) if data.get(name) is not None else data.get("sequence_controls")
+        data[name] = ({flag: bool(given.get(flag)) for flag in default} if given
+                      else dict(default))
 
 
 TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")
@@ -1013,7 +1093,7 @@ def build_config(user, source="config"):
         raise ConfigError(f"{source}: model_dir must be set")
     config = _defaults(Config)
     if user.get("auto_config", True):
-        config = merge(config, AUTO_CONFIG)
+        config = merge(config, auto_config((user.get("model") or {}).get("preset")))
     # Sections given as null in YAML mean "defaults".
     config = merge(config, {k: v for k, v in user.items() if v is not None})
     return _typed(Config, _finalize(config, source))

@@ -10,6 +10,9 @@ dict, `from_dict` rebuilds it). The exports, OpenNMT-tf import and the inspector
 import dataclasses
 
 SHARE_EMBEDDINGS = ("none", "source_target_input", "target", "all")
+# OpenNMT-tf's EmbeddingsSharingLevel.AUTO, a config value only: "all" when the source and target
+# vocabularies are the same file (as the config names them), else "target" (resolved by config.py).
+SHARE_EMBEDDINGS_AUTO = "auto"
 # "auto": none with relative positions (OpenNMT-tf's TransformerRelative), sinusoidal without.
 # A new absolute encoding is named here and made in opennmt_lite/layers/position.py.
 POSITION_ENCODINGS = ("auto", "sinusoidal", "none")
@@ -104,6 +107,8 @@ _BASE = dict(num_layers=6, num_units=512, num_heads=8, ffn_inner_dim=2048, dropo
              attention_dropout=0.1, ffn_dropout=0.1, maximum_relative_position=None,
              pre_norm=True, share_embeddings="none")
 _BIG = dict(_BASE, num_units=1024, num_heads=16, ffn_inner_dim=4096)
+_SCALING = dict(_BIG, pre_norm=False, dropout=0.3, attention_dropout=0.1, ffn_dropout=0.0,
+                share_embeddings=SHARE_EMBEDDINGS_AUTO, output_layer_bias=False)
 PRESETS = {
     "Transformer": dict(_BASE),
     "TransformerBase": dict(_BASE),
@@ -113,5 +118,11 @@ PRESETS = {
     "TransformerBigRelative": dict(_BIG, maximum_relative_position=20),
     "TransformerBaseSharedEmbeddings": dict(_BASE, share_embeddings="all"),
     "TransformerBigSharedEmbeddings": dict(_BIG, share_embeddings="all"),
+    # Ott et al. (2018), fairseq's transformer_wmt_en_de_big: post-norm, no output-layer bias,
+    # embeddings shared as EmbeddingsSharingLevel.AUTO (see SHARE_EMBEDDINGS_AUTO). Their
+    # auto_config (the source `</s>`, Adam, InvSqrtDecay...) is in config.py.
+    "ScalingNmtEnDe": _SCALING,
+    "ScalingNmtEnFr": dict(_SCALING, dropout=0.1, attention_dropout=0.0),
     "TransformerTiny": dict(_BASE, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=64),
 }
+

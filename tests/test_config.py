@@ -140,7 +140,15 @@ def test_catalog_presets_match_opennmt_catalog():
     assert PRESETS["TransformerBigRelative"]["maximum_relative_position"] == 20
     assert PRESETS["TransformerBaseRelative"] == PRESETS["TransformerRelative"]
     assert PRESETS["TransformerBaseSharedEmbeddings"]["share_embeddings"] == "all"
-    assert all(p["dropout"] == 0.1 and p["pre_norm"] for p in PRESETS.values())
+    assert all(p["dropout"] == 0.1 and p["pre_norm"] for name, p in PRESETS.items()
+               if name.startswith("Transformer"))
+    # ScalingNmtEnDe / ScalingNmtEnFr: the big sizes, post-norm, no FFN dropout nor output bias,
+    # EmbeddingsSharingLevel.AUTO
+    assert PRESETS["ScalingNmtEnDe"] == dict(
+        PRESETS["TransformerBig"], pre_norm=False, dropout=0.3, attention_dropout=0.1,
+        ffn_dropout=0.0, share_embeddings="auto", output_layer_bias=False)
+    assert PRESETS["ScalingNmtEnFr"] == dict(PRESETS["ScalingNmtEnDe"], dropout=0.1,
+                                             attention_dropout=0.0)
     assert PRESETS["TransformerTiny"]["num_layers"] == 2 and PRESETS["TransformerTiny"]["ffn_inner_dim"] == 64
 
 

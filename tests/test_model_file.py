@@ -28,10 +28,13 @@ def read(tmp_path, source, name="model.py"):
 
 
 def resolved(values):
-    """The ModelHyperparameters of `values`, its position encoding as the stacks apply it."""
-    hyperparameters = ModelHyperparameters(**values)
+    """(The ModelHyperparameters of `values`, its position encoding as the stacks apply it,
+    whether it shares embeddings automatically)."""
+    # (EmbeddingsSharingLevel.AUTO is decided when the config is loaded: told apart here)
+    automatic = values.get("share_embeddings") == "auto"
+    hyperparameters = ModelHyperparameters(**dict(values, **({"share_embeddings": "all"} if automatic else {})))
     return dataclasses.replace(hyperparameters,
-                               position_encoding=hyperparameters.absolute_position_encoding)
+                               position_encoding=hyperparameters.absolute_position_encoding), automatic
 
 
 def module_constant(path, name):
@@ -73,7 +76,8 @@ def test_the_stand_in_transformer_auto_config_is_opennmt_tf_s():
 def test_each_catalog_class_is_its_preset(tmp_path, name):
     result = read(tmp_path, f"import opennmt\n\nmodel = opennmt.models.catalog.{name}\n")
     assert resolved(result["model"]) == resolved(PRESETS[name])
-    assert result["auto_config"] is None
+    # (only the ScalingNmt* classes have an auto_config of their own)
+    assert (result["auto_config"] is None) != name.startswith("ScalingNmt")
     if name != "TransformerRelative":  # (only in the catalog module, as in OpenNMT-tf)
         called = read(tmp_path, f"import opennmt as onmt\n\nmodel = lambda: onmt.models.{name}()\n")
         expected = PRESETS["TransformerBase" if name == "Transformer" else name]
@@ -176,8 +180,6 @@ REFUSED = {
                        5, "embedding_size=32"),
     "embedding dropout": ("import opennmt\nx = opennmt.inputters.WordEmbedder(embedding_size=512, dropout=0.1)\n",
                           2, "dropout"),
-    "automatic sharing": ("import opennmt\nmodel = lambda: opennmt.models.Transformer(\n"
-                          "    share_embeddings=opennmt.models.EmbeddingsSharingLevel.AUTO)\n", 2, "AUTO"),
     "attention reduction": ("import opennmt\nmodel = lambda: opennmt.models.Transformer(attention_reduction="
                             "opennmt.layers.MultiHeadAttentionReduction.AVERAGE_LAST_LAYER)\n", 2,
                             "attention_reduction"),

@@ -37,7 +37,7 @@ def run(args, config):
         results = _translate_ctranslate2(args, config, options)
     else:
         model, assets, _ = build.inference_model(config, args.checkpoint)
-        data = build.inference_input(args.features_file, config.infer, assets)
+        data = build.inference_input(args.features_file, config.infer, assets, config.data)
         results = translate_file(model, assets, data, options, alignments=config.infer.with_alignments)
     with_scores = config.infer.with_scores if args.with_scores is None else args.with_scores
     with writing(f"--predictions_file {args.predictions_file}" if args.predictions_file else "standard output"):
@@ -58,7 +58,8 @@ def _translate_ctranslate2(args, config, options):
                             "model holds its own weights)")
     assets = build.assets(config.data)
     translator = ctranslate2.load_translator(args.ctranslate2, assets)
-    data = build.inference_input(args.features_file, config.infer, assets)
+    ctranslate2.check_source_controls(args.ctranslate2, config.data.source_sequence_controls)
+    data = build.inference_input(args.features_file, config.infer, assets, config.data)
     return ctranslate2.translate_file(translator, assets, data, options,
                                       unk_token=ctranslate2.unknown_token(args.ctranslate2),
                                       alignments=config.infer.with_alignments)

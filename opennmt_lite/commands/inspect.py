@@ -26,10 +26,16 @@ def add_arguments(parser):
                         "page shows, for one source sentence (default: the model's greedy translation)")
 
 
-def _tokens_of(text, option, assets):
+def _tokens_of(text, option, assets, controls=None):
+    """(tokens, ids) of a source text, with the `<s>`/`</s>` of `controls`
+    (data.source_sequence_controls) as the model reads them."""
+    from opennmt_lite.data.vocab import BOS_TOKEN, EOS_TOKEN
+
     tokens = assets.source_tokenizer.tokenize(text)
     if len(tokens) == 0:
         raise ArgumentError(f"{option}: the source is empty after tokenization")
+    if controls is not None:
+        tokens = [BOS_TOKEN] * controls.start + list(tokens) + [EOS_TOKEN] * controls.end
     return tokens, assets.source_vocabulary.lookup(tokens)
 
 
@@ -51,12 +57,13 @@ def _ids_of(text, vocabulary):
     return sources
 
 
-def sources_of(args, assets, maximum_length=None):
-    """[(tokens, ids)] of --sentence, --ids or --batch; `maximum_length`: the longest allowed."""
+def sources_of(args, assets, maximum_length=None, controls=None):
+    """[(tokens, ids)] of --sentence, --ids or --batch (texts with the source sequence
+    `controls`; ids as given); `maximum_length`: the longest allowed."""
     from opennmt_lite.data.text import read_lines
 
     if args.sentence is not None:
-        sources, where = [_tokens_of(args.sentence, "--sentence", assets)], ["--sentence"]
+        sources, where = [_tokens_of(args.sentence, "--sentence", assets, controls)], ["--sentence"]
     elif args.ids is not None:
         sources = _ids_of(args.ids, assets.source_vocabulary)
         where = [f"--ids, sentence {n}" if len(sources) > 1 else "--ids" for n in range(1, len(sources) + 1)]
@@ -65,7 +72,7 @@ def sources_of(args, assets, maximum_length=None):
         if not lines:
             raise ArgumentError(f"--batch {args.batch}: the file is empty")
         where = [f"--batch {args.batch}, line {n}" for n in range(1, len(lines) + 1)]
-        sources = [_tokens_of(line, name, assets) for line, name in zip(lines, where)]
+        sources = [_tokens_of(line, name, assets, controls) for line, name in zip(lines, where)]
     for (tokens, _), name in zip(sources, where):
         if maximum_length is not None and len(tokens) > maximum_length:
             raise ArgumentError(f"{name}: {len(tokens)} tokens, more than the model is run on "
@@ -97,7 +104,8 @@ def run(args, config, out=print):
         raise ArgumentError("--target is shown in the HTML page only: add --html FILE")
     start = time.perf_counter()
     # The input is checked before the model is built: a mistake there fails at once.
-    sources = sources_of(args, build.assets(config.data), config.infer.maximum_features_length)
+    sources = sources_of(args, build.assets(config.data), config.infer.maximum_features_length,
+                         config.data.source_sequence_controls)
     if args.target is not None and len(sources) > 1:
         raise ArgumentError("--target is the translation of one source sentence: use it with "
                             "--sentence or one --ids sequence")

@@ -36,7 +36,8 @@ def run(args, config):
                         f"--predictions_file {args.predictions_file} has {len(targets)}: they "
                         "must align line by line")
     model, assets, prefix = build.inference_model(config, args.checkpoint)
-    data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets)
+    data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets,
+                                config.data)
     options = config.score
     details = bool(options.with_token_level or options.with_alignments)
     scores, token_scores, alignments = (score_pairs(model, data, details=True) if details

@@ -8,6 +8,7 @@ from opennmt_lite.data.batching import (
 )
 from opennmt_lite.data.corpus import (
     DROP_REASONS,
+    Controls,
     DatasetStats,
     ParallelCorpus,
     RaggedIds,

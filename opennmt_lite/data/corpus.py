@@ -5,8 +5,14 @@ flat int32 array plus offsets. Batches are then cut and padded with NumPy, so th
 of the input pipeline is a gather into a padded array.
 
 Conventions (OpenNMT-tf's): source sequences get no `<s>`/`</s>`; a target of n pieces gives
-`ids_in` = `<s>` + ids and `ids_out` = ids + `</s>`, and its length is n + 1.
+`ids_in` = `<s>` + ids and `ids_out` = ids + `</s>`, and its length is n + 1. The sequence
+controls (`Controls`) change that: the source may get `<s>` and/or `</s>` (its length counts
+them), the target's full sequence may lack either, and the decoder reads it but for its last id
+and predicts it but for its first (length: pieces + controls - 1). The ids are stored without
+them; the lengths the filter and the batches use count them.
 """
+
+import collections
 
 import dataclasses
 import logging
@@ -19,6 +25,17 @@ from opennmt_lite.data.tokenizers import make_tokenizer
 from opennmt_lite.data.vocab import as_vocabulary
 
 logger = logging.getLogger("opennmt_lite")
+
+# Whether `<s>` (start) and `</s>` (end) surround a side's sequences (OpenNMT-tf's
+# `*_sequence_controls`), and each side's default.
+Controls = collections.namedtuple("Controls", ["start", "end"])
+SOURCE_CONTROLS = Controls(False, False)
+TARGET_CONTROLS = Controls(True, True)
+
+
+def num_controls(controls):
+    return int(bool(controls.start)) + int(bool(controls.end))
+
 
 # Reasons an example is dropped by the training filter, in the order they are tested; an
 # example is counted under the first that applies.
@@ -118,22 +135,25 @@ class DatasetStats:
 
 
 def filter_mask(source_lengths, target_lengths, maximum_features_length=None,
-                maximum_labels_length=None, drop_empty_target=True):
+                maximum_labels_length=None, drop_empty_target=True,
+                source_controls=SOURCE_CONTROLS, target_controls=TARGET_CONTROLS):
     """Keep mask and {reason: mask of the examples dropped for it} of the training filter.
 
     OpenNMT-tf (`Inputter.keep_for_training`) keeps an example when 0 < length <= maximum on each
-    side, where the target length is the decoder's, pieces + 1 (one `</s>`/`<s>` counted): a
-    source of exactly `maximum_features_length` pieces and a target of `maximum_labels_length - 1`
-    pieces are kept. `target_lengths` here are piece counts (without the + 1). OpenNMT-tf never
-    drops an empty target (its length is 1); `drop_empty_target=True` (default) drops it.
+    side, where the source length counts its controls and the target length is the decoder's,
+    pieces + controls - 1 (by default pieces + 1): a source of exactly `maximum_features_length`
+    pieces and a target of `maximum_labels_length - 1` pieces are kept. `source_lengths` and
+    `target_lengths` here are piece counts. OpenNMT-tf never drops an empty target (its length is
+    1 by default); `drop_empty_target=True` (default) drops a target of no piece.
     """
-    source_lengths = np.asarray(source_lengths)
-    target_lengths = np.asarray(target_lengths) + 1
+    pieces = np.asarray(target_lengths)
+    source_lengths = np.asarray(source_lengths) + num_controls(source_controls)
+    target_lengths = pieces + num_controls(target_controls) - 1
     remaining = np.ones(len(source_lengths), dtype=bool)
     reasons = {}
     tests = {
         "empty_source": source_lengths <= 0,
-        "empty_target": (target_lengths <= 1) if drop_empty_target else np.zeros_like(remaining),
+        "empty_target": (pieces <= 0) if drop_empty_target else (target_lengths <= 0),
         "source_too_long": (source_lengths > maximum_features_length)
         if maximum_features_length is not None else np.zeros_like(remaining),
         "target_too_long": (target_lengths > maximum_labels_length)
@@ -150,19 +170,24 @@ class ParallelCorpus:
     """Source and target ids of the kept training (or evaluation) examples.
 
     `source`: RaggedIds of source ids; `target`: RaggedIds of target ids *without* `<s>`/`</s>`;
-    `line_index`: 0-based line number of each example in the (concatenated) files; `stats`.
-    `source_lengths` / `target_lengths` are the model's lengths (target: pieces + 1).
+    `line_index`: 0-based line number of each example in the (concatenated) files; `stats`;
+    `source_controls` / `target_controls`: the `Controls` the batches add.
+    `source_lengths` / `target_lengths` are the model's lengths (by default, source: pieces;
+    target: pieces + 1; see the module docstring).
     `weights`: float32 loss weight of each example (`data.example_weights`), or None.
     """
 
-    def __init__(self, source, target, line_index, stats, weights=None):
+    def __init__(self, source, target, line_index, stats, source_controls=SOURCE_CONTROLS,
+                 target_controls=TARGET_CONTROLS, weights=None):
         self.source = source
         self.target = target
         self.line_index = np.asarray(line_index, dtype=np.int64)
         self.stats = stats
         self.weights = weights
-        self.source_lengths = source.lengths
-        self.target_lengths = target.lengths + 1
+        self.source_controls = Controls(*source_controls)
+        self.target_controls = Controls(*target_controls)
+        self.source_lengths = source.lengths + num_controls(self.source_controls)
+        self.target_lengths = target.lengths + num_controls(self.target_controls) - 1
 
     def __len__(self):
         return len(self.line_index)
@@ -186,6 +211,8 @@ def load_parallel_corpus(
     drop_empty_target=True,
     num_shards=1,
     shard_index=0,
+    source_controls=SOURCE_CONTROLS,
+    target_controls=TARGET_CONTROLS,
 ):
     """Reads, tokenizes, maps to ids and (if `filter_examples`) filters a parallel corpus.
 
@@ -211,7 +238,8 @@ def load_parallel_corpus(
     if filter_examples:
         keep, reasons = filter_mask(
             source.lengths, target.lengths, maximum_features_length, maximum_labels_length,
-            drop_empty_target=drop_empty_target,
+            drop_empty_target=drop_empty_target, source_controls=source_controls,
+            target_controls=target_controls,
         )
         dropped = {reason: int(mask.sum()) for reason, mask in reasons.items()}
     else:
@@ -254,18 +282,20 @@ def load_parallel_corpus(
             f"maximum_features_length={maximum_features_length}, "
             f"maximum_labels_length={maximum_labels_length}"
         )
-    return ParallelCorpus(source, target, line_index[kept], stats)
+    return ParallelCorpus(source, target, line_index[kept], stats, source_controls, target_controls)
 
 
 class MonolingualCorpus:
-    """Source ids of every line of a file (no filter), for inference."""
+    """Source ids of every line of a file (no filter), for inference; `source_lengths` count the
+    `source_controls` the batches add (`tokens` are the pieces alone)."""
 
-    def __init__(self, source, tokens, line_index, files):
+    def __init__(self, source, tokens, line_index, files, source_controls=SOURCE_CONTROLS):
         self.source = source
         self.tokens = tokens
         self.line_index = np.asarray(line_index, dtype=np.int64)
         self.files = files
-        self.source_lengths = source.lengths
+        self.source_controls = Controls(*source_controls)
+        self.source_lengths = source.lengths + num_controls(self.source_controls)
 
     def truncate(self, maximum):
         """Cuts the sequences longer than `maximum` ids to their first `maximum` ids (tokens
@@ -277,7 +307,7 @@ class MonolingualCorpus:
             offsets = np.zeros(len(kept) + 1, dtype=np.int64)
             np.cumsum(kept, out=offsets[1:])
             self.source = RaggedIds(self.source.flat[_ranges(self.source.offsets[:-1], kept)], offsets)
-            self.source_lengths = self.source.lengths
+            self.source_lengths = self.source.lengths + num_controls(self.source_controls)
             self.tokens = [tokens[:maximum] for tokens in self.tokens]
         return cut
 
@@ -285,13 +315,14 @@ class MonolingualCorpus:
         return len(self.line_index)
 
 
-def load_monolingual_corpus(features_file, *, source_vocabulary, source_tokenizer=None):
+def load_monolingual_corpus(features_file, *, source_vocabulary, source_tokenizer=None,
+                            source_controls=SOURCE_CONTROLS):
     """Reads, tokenizes and maps to ids every line of `features_file` (no filter: empty lines
-    stay, with length 0)."""
+    stay, with no piece)."""
     vocabulary = as_vocabulary(source_vocabulary)
     tokenizer = make_tokenizer(source_tokenizer)
     lines = read_monolingual(features_file)
     source, tokens = encode_lines(lines, tokenizer, vocabulary)
     files = as_file_list(features_file)
     logger.info("%s: %d lines", ", ".join(os.fspath(f) for f in files), len(lines))
-    return MonolingualCorpus(source, tokens, np.arange(len(lines)), files)
+    return MonolingualCorpus(source, tokens, np.arange(len(lines)), files, source_controls)

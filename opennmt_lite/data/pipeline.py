@@ -9,6 +9,9 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
   source_ids [B, Ts], source_length [B], target_ids_in [B, Tt] (`<s>` + ids),
   target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
 
+as the default sequence controls make them (other controls: see corpus.py; the source ids then
+hold their `<s>`/`</s>`, counted in source_length)
+
 (evaluation adds `index` [B] int64, the 0-based line of each example; training with
 contrastive learning adds the negative targets, noisy_target_ids_in, noisy_target_ids_out and
 noisy_target_length, laid out as the target ones; `data.example_weights` adds
@@ -26,7 +29,9 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.data import batching
-from opennmt_lite.data.corpus import RaggedIds, load_monolingual_corpus, load_parallel_corpus
+from opennmt_lite.data.corpus import (
+    SOURCE_CONTROLS, TARGET_CONTROLS, RaggedIds, load_monolingual_corpus, load_parallel_corpus,
+    num_controls)
 from opennmt_lite.data.vocab import BOS_ID, EOS_ID
 
 logger = logging.getLogger("opennmt_lite")
@@ -62,37 +67,61 @@ def batch_signature(with_index=False, negatives=False, with_weight=False):
 NEGATIVE_KEYS = ("noisy_target_ids_in", "noisy_target_ids_out", "noisy_target_length")
 
 
+def _controlled(ragged, indices, length, controls):
+    """[len(indices), length] ids of `ragged`'s sequences with the `<s>`/`</s>` of `controls`."""
+    return ragged.padded(indices, length, prefix=BOS_ID if controls.start else None,
+                         suffix=EOS_ID if controls.end else None)
+
+
+def _decoder_sides(ragged, indices, length, time, controls):
+    """(ids_in, ids_out, length) [B, time], [B, time], [B] of target sequences whose model length
+    (pieces + controls - 1) is `length`: the target with its controls, one id longer than the
+    decoder's sequences; the decoder reads it but for its last id and predicts it but for its
+    first (OpenNMT-tf's decoder mode)."""
+    full = _controlled(ragged, indices, time + 1, controls)
+    reads = np.arange(time)[np.newaxis, :] < length[:, np.newaxis]
+    return (np.where(reads, full[:, :-1], 0).astype(np.int32), np.ascontiguousarray(full[:, 1:]),
+            np.maximum(length, 0).astype(np.int32))
+
+
+def _padded_source(corpus, indices, pad_to_multiple):
+    source_length = corpus.source_lengths[indices]
+    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
+    return _controlled(corpus.source, indices, source_time, corpus.source_controls), source_length
+
+
 def pad_negatives(corpus, indices, negatives, rng, pad_to_multiple=1):
     """The NEGATIVE_KEYS of a batch: `negatives(ids, rng)` of each target of `indices`, padded
-    as the targets are (`<s>` + ids, ids + `</s>`, pieces + 1)."""
+    as the targets are (with the corpus's target controls)."""
     noisy = [np.asarray(negatives(corpus.target[int(i)], rng), np.int32) for i in indices]
-    lengths = np.array([len(ids) for ids in noisy], np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    pieces = np.array([len(ids) for ids in noisy], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(pieces)])
     ragged = RaggedIds(np.concatenate(noisy) if noisy else np.zeros(0, np.int32), offsets)
-    rows = np.arange(len(noisy))
-    time = int(batching.round_up(int(lengths.max(initial=0)) + 1, pad_to_multiple))
-    return {
-        "noisy_target_ids_in": ragged.padded(rows, time, prefix=BOS_ID),
-        "noisy_target_ids_out": ragged.padded(rows, time, suffix=EOS_ID),
-        "noisy_target_length": (lengths + 1).astype(np.int32),
-    }
+    length = pieces + num_controls(corpus.target_controls) - 1
+    time = max(int(batching.round_up(int(length.max(initial=0)), pad_to_multiple)), 1)
+    ids_in, ids_out, length = _decoder_sides(ragged, np.arange(len(noisy)), length, time,
+                                             corpus.target_controls)
+    return {"noisy_target_ids_in": ids_in, "noisy_target_ids_out": ids_out,
+            "noisy_target_length": length}
 
 
 def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False, bucket_width=None):
     """The padded NumPy batch (dict) of corpus examples `indices`; `bucket_width`: both sides
     padded to the length bucket boundary (see batching.padded_lengths)."""
     indices = np.asarray(indices, dtype=np.int64)
-    source_length = corpus.source.lengths[indices]
-    target_pieces = corpus.target.lengths[indices]
+    source_length = corpus.source_lengths[indices]
+    target_length = corpus.target_lengths[indices]
     source_time, target_time = batching.padded_lengths(
-        int(source_length.max()), int(target_pieces.max()) + 1, pad_to_multiple, bucket_width)
-    source_time, target_time = max(int(source_time), 1), int(target_time)
+        int(source_length.max()), int(target_length.max()), pad_to_multiple, bucket_width)
+    source_time, target_time = max(int(source_time), 1), max(int(target_time), 1)
+    ids_in, ids_out, length = _decoder_sides(corpus.target, indices, target_length, target_time,
+                                             corpus.target_controls)
     batch = {
-        "source_ids": corpus.source.padded(indices, source_time),
+        "source_ids": _controlled(corpus.source, indices, source_time, corpus.source_controls),
         "source_length": source_length.astype(np.int32),
-        "target_ids_in": corpus.target.padded(indices, target_time, prefix=BOS_ID),
-        "target_ids_out": corpus.target.padded(indices, target_time, suffix=EOS_ID),
-        "target_length": (target_pieces + 1).astype(np.int32),
+        "target_ids_in": ids_in,
+        "target_ids_out": ids_out,
+        "target_length": length,
     }
     if with_index:
         batch["index"] = corpus.line_index[indices]
@@ -103,10 +132,9 @@ def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False, buc
 
 def pad_source_batch(corpus, indices, pad_to_multiple=1):
     indices = np.asarray(indices, dtype=np.int64)
-    source_length = corpus.source.lengths[indices]
-    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
+    source_ids, source_length = _padded_source(corpus, indices, pad_to_multiple)
     return {
-        "source_ids": corpus.source.padded(indices, source_time),
+        "source_ids": source_ids,
         "source_length": source_length.astype(np.int32),
         "index": corpus.line_index[indices],
     }
@@ -154,6 +182,8 @@ class TrainingInput:
       negatives: contrastive learning's negative targets (a callable (ids, rng) -> ids, e.g.
         noise.contrastive_negatives), added to each batch (NEGATIVE_KEYS), drawn from the
         seed and the batch's number in the stream, so a resumed run draws the same.
+      source_controls, target_controls: the `corpus.Controls` of each side (OpenNMT-tf's
+        sequence controls; default: none on the source, `<s>` and `</s>` on the target).
 
     Same seed, same arguments: the same batches in the same order, every time the dataset is
     iterated. Without shuffling, one pass yields every kept example exactly once (with
@@ -167,7 +197,8 @@ class TrainingInput:
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
                  pad_to_multiple=1, pad_to_bucket_boundary=False, batch_overhead=0.15,
-                 accum_steps=1, drop_empty_target=True, negatives=None):
+                 accum_steps=1, drop_empty_target=True, negatives=None,
+                 source_controls=SOURCE_CONTROLS, target_controls=TARGET_CONTROLS):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -188,7 +219,8 @@ class TrainingInput:
                 maximum_features_length=maximum_features_length,
                 maximum_labels_length=maximum_labels_length,
                 drop_empty_target=drop_empty_target, num_shards=num_shards,
-                shard_index=shard_index,
+                shard_index=shard_index, source_controls=source_controls,
+                target_controls=target_controls,
             )
         self.stats = self.corpus.stats
         self.batch_size = int(batch_size)
@@ -359,12 +391,14 @@ class EvaluationInput:
 
     def __init__(self, features_file, labels_file, *, source_vocabulary, target_vocabulary,
                  batch_size, source_tokenizer=None, target_tokenizer=None, batch_type="examples",
-                 length_bucket_width=None, pad_to_multiple=1):
+                 length_bucket_width=None, pad_to_multiple=1, source_controls=SOURCE_CONTROLS,
+                 target_controls=TARGET_CONTROLS):
         self.corpus = load_parallel_corpus(
             features_file, labels_file,
             source_vocabulary=source_vocabulary, target_vocabulary=target_vocabulary,
             source_tokenizer=source_tokenizer, target_tokenizer=target_tokenizer,
-            filter_examples=False,
+            filter_examples=False, source_controls=source_controls,
+            target_controls=target_controls,
         )
         self.stats = self.corpus.stats
         self.pad_to_multiple = pad_to_multiple
@@ -388,9 +422,10 @@ class InferenceInput:
 
     def __init__(self, features_file, *, source_vocabulary, batch_size, source_tokenizer=None,
                  batch_type="examples", length_bucket_width=None, pad_to_multiple=1,
-                 maximum_features_length=None):
+                 maximum_features_length=None, source_controls=SOURCE_CONTROLS):
         self.corpus = load_monolingual_corpus(
-            features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer)
+            features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer,
+            source_controls=source_controls)
         self.truncated = {}
         if maximum_features_length:
             self.truncated = self.corpus.truncate(maximum_features_length)

@@ -29,6 +29,7 @@ import numpy as np
 
 from opennmt_lite.data import batching
 from opennmt_lite.data.corpus import (
+    SOURCE_CONTROLS, TARGET_CONTROLS,
     DROP_REASONS, DatasetStats, ParallelCorpus, RaggedIds, load_parallel_corpus)
 from opennmt_lite.data.pipeline import TrainingInput
 from opennmt_lite.data.text import DataError, as_file_list, read_lines
@@ -117,7 +118,8 @@ def concatenate(corpora):
     if corpora[0].weights is not None:
         weights = np.concatenate([corpus.weights for corpus in corpora])
     return ParallelCorpus(ragged([c.source for c in corpora]), ragged([c.target for c in corpora]),
-                          np.concatenate([c.line_index for c in corpora]), total, weights)
+                          np.concatenate([c.line_index for c in corpora]), total,
+                          corpora[0].source_controls, corpora[0].target_controls, weights=weights)
 
 
 def sampling_probabilities(weights, sizes):
@@ -201,7 +203,8 @@ class WeightedTrainingInput(TrainingInput):
                  num_shards=1, shard_index=0, maximum_features_length=None,
                  maximum_labels_length=None, source_vocabulary=None, target_vocabulary=None,
                  source_tokenizer=None, target_tokenizer=None, drop_empty_target=True,
-                 seed=None, **kwargs):
+                 seed=None, source_controls=SOURCE_CONTROLS, target_controls=TARGET_CONTROLS,
+                 **kwargs):
         features_files, labels_files = as_file_list(features_files), as_file_list(labels_files)
         if len(features_files) != len(labels_files):
             raise DataError(f"{len(features_files)} source files but {len(labels_files)} target "
@@ -221,7 +224,8 @@ class WeightedTrainingInput(TrainingInput):
                 target_vocabulary=target_vocabulary, source_tokenizer=source_tokenizer,
                 target_tokenizer=target_tokenizer, maximum_features_length=maximum_features_length,
                 maximum_labels_length=maximum_labels_length, drop_empty_target=drop_empty_target,
-                num_shards=num_shards, shard_index=shard_index)
+                num_shards=num_shards, shard_index=shard_index, source_controls=source_controls,
+                target_controls=target_controls)
             with_example_weights(corpus, weights_file, features)
             # OpenNMT-tf's size of a shard of the file: its lines // num_shards
             sizes.append(count_lines(features) // num_shards)

@@ -7,6 +7,7 @@ opennmt-lite checkpoints and imported OpenNMT-tf ones.
 
 What must be set explicitly for the output to equal opennmt-lite's (and OpenNMT-tf's):
 * the layer norm epsilon, 1e-3 (Keras'); CTranslate2 uses 1e-5 when it is not in config.json;
+* the source `<s>`/`</s>` of the sequence controls (`add_source_bos`, `add_source_eos`);
 * an explicit `<unk>` after the vocabulary file's lines: there, an unknown token gets the id just
   past the last line, which CTranslate2 can only express as a token of the vocabulary;
 * `position_encoding: none` without relative positions has no CTranslate2 flag: it becomes
@@ -53,7 +54,7 @@ def export_model(model, assets, options, data, output_dir, quantization=None, fo
     `data`: the config's `data` section (SentencePiece models copied). The directory is written
     beside the destination and moved into place at the end, so a failure leaves no half model."""
     check_destination(output_dir, force)
-    spec = transformer_spec(model, assets)
+    spec = transformer_spec(model, assets, getattr(data, "source_sequence_controls", None))
     parent = os.path.dirname(os.path.abspath(output_dir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(prefix=".ctranslate2-", dir=parent)
@@ -110,8 +111,10 @@ class _SpecConverter(Converter):
         return self._spec
 
 
-def transformer_spec(model, assets):
-    """The `ctranslate2.specs.TransformerSpec` of an opennmt-lite `Transformer` (weights copied)."""
+def transformer_spec(model, assets, source_controls=None):
+    """The `ctranslate2.specs.TransformerSpec` of an opennmt-lite `Transformer` (weights copied).
+    `source_controls`: `data.source_sequence_controls`, CTranslate2's add_source_bos/eos (it then
+    adds the source `<s>`/`</s>` itself, as CTranslate2's own OpenNMT-tf converter sets them)."""
     encoder, decoder, hyper = model.encoder, model.decoder, model.hyperparameters
     activation = _activation(hyper.ffn_activation)
     relative = hyper.maximum_relative_position is not None
@@ -131,6 +134,9 @@ def transformer_spec(model, assets):
     spec.config.layer_norm_epsilon = float(_wrapper_norm(encoder.layers[0].self_attention).epsilon)
     unk = _unknown_token(assets)
     spec.config.unk_token = unk
+    if source_controls is not None:
+        spec.config.add_source_bos = bool(source_controls.start)
+        spec.config.add_source_eos = bool(source_controls.end)
     spec.register_source_vocabulary(assets.source_vocabulary.tokens + [unk])
     spec.register_target_vocabulary(assets.target_vocabulary.tokens + [unk])
 

@@ -14,7 +14,8 @@ alignment is OpenNMT-tf's: the first head of the last decoder layer's attention 
 for each output token (zeros after the end). (OpenNMT-tf's signature takes raw `text` instead
 when its tokenizer runs in the graph; here the text signatures below do that.)
 `tokens` are source pieces (what the source tokenizer produces), padded with any string beyond
-`length`. Pieces are mapped to ids in the graph with the vocabulary file saved as an asset
+`length`; the graph adds the source `<s>`/`</s>` of `data.source_sequence_controls` (then the
+encoder's `outputs`, `length` and the alignment's source axis count them, as in OpenNMT-tf). Pieces are mapped to ids in the graph with the vocabulary file saved as an asset
 (unknown pieces -> the out-of-vocabulary id, as in training); output ids are mapped back to
 pieces (`<unk>` for the OOV id), without `</s>`, padded with "". Beam width, length penalty,
 n_best and maximum decoding length are fixed at export from the config's `params`/`infer`.
@@ -46,6 +47,7 @@ import shutil
 import keras
 import tensorflow as tf
 
+from opennmt_lite.data.vocab import BOS_ID, EOS_ID
 from opennmt_lite.inference.decoding import translate
 
 logger = logging.getLogger("opennmt_lite")
@@ -68,6 +70,21 @@ def vocabulary_tables(path, num_lines):
         default_value="<unk>",
     )
     return to_id, to_token
+
+
+def add_sequence_controls(ids, length, controls):
+    """(ids, length) of a padded batch [batch, time] with the source sequence controls of the
+    config (`data.source_sequence_controls`: `<s>` before, `</s>` after each sequence, counted in
+    its length), as the training batches have them."""
+    if controls is not None and controls.start:
+        ids = tf.concat([tf.fill([tf.shape(ids)[0], 1], BOS_ID), ids], axis=1)
+        length = length + 1
+    if controls is not None and controls.end:
+        ids = tf.pad(ids, [[0, 0], [0, 1]])
+        at_end = tf.equal(tf.range(tf.shape(ids)[1])[tf.newaxis, :], length[:, tf.newaxis])
+        ids = tf.where(at_end, EOS_ID, ids)
+        length = length + 1
+    return ids, length
 
 
 def sentencepiece_text_models(data):
@@ -123,11 +140,14 @@ def export_model(model, assets, options, data, output_dir, maximum_source_length
         tf.TensorSpec([None], tf.int32, name="length"),
     ]
 
+    controls = getattr(data, "source_sequence_controls", None)
+
     def source_ids(tokens, length):
         length = tf.clip_by_value(length, 0, tf.shape(tokens)[1])
         ids = tf.cast(source_to_id.lookup(tokens), tf.int32)
         mask = tf.sequence_mask(length, maxlen=tf.shape(tokens)[1])
-        return tf.where(mask, ids, tf.zeros_like(ids)), length
+        ids = tf.where(mask, ids, tf.zeros_like(ids))
+        return add_sequence_controls(ids, length, controls)
 
     def encode(tokens, length):
         ids, length = source_ids(tokens, length)

@@ -91,6 +91,20 @@ def unknown_token(path):
     return config.get("unk_token", UNK_TOKEN)
 
 
+def check_source_controls(path, controls):
+    """Refuses a model whose `add_source_bos` / `add_source_eos` (config.json) are not the
+    config's `data.source_sequence_controls`: it would read other sources than the model saw."""
+    with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+        settings = json.load(f)  # (readable: unknown_token read it first)
+    for flag, name, token in (("start", "add_source_bos", "<s>"), ("end", "add_source_eos", "</s>")):
+        if bool(settings.get(name, False)) != bool(getattr(controls, flag)):
+            raise ArgumentError(
+                f"--ctranslate2 {path}: its config.json has {name}: "
+                f"{str(bool(settings.get(name, False))).lower()} but data.source_sequence_controls."
+                f"{flag} is {str(bool(getattr(controls, flag))).lower()} (the source {token}): "
+                "export the model with this config")
+
+
 def _check_vocabularies(path, assets):
     unk = unknown_token(path)
     for side, vocabulary in (("source", assets.source_vocabulary), ("target", assets.target_vocabulary)):

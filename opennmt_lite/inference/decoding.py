@@ -66,7 +66,9 @@ The result is a `DecodingResult`: `ids` [batch, n_best, time] int32 without `</s
 before `</s>`); `log_probs` [batch, n_best] float32, the cumulative log-probability including
 `</s>` that OpenNMT-tf prints with `with_scores`; `attention` [batch, n_best, time, src_time]
 float32 when requested (the alignment vector that produced each returned token; zeros after
-the end), else None; `onmt_attention`, the same shape, is the alignment OpenNMT-tf 2.32 prints
+the end), else None; `onmt_attention`, the same shape (but one step shorter when a hypothesis
+stopped at maximum_decoding_length, as OpenNMT-tf drops its last step), is the alignment
+OpenNMT-tf 2.32 prints
 (`with_alignments`) and replaces unknown targets with: in beam search its gather of the
 attention history (`_gather_tree_from_array`) starts from the step of the sentence's longest
 hypothesis without `</s>` and takes, at each step, the attention of the row in the hypothesis'
@@ -393,8 +395,11 @@ def _finalize(loop, batch_size, beam_width, n_best):
         attention = tf.reshape(loop["attention"], [batch_size, beam_width, steps, source_time])
         attention = attention[:, :n_best, :time]
         attention = attention * tf.cast(inside, tf.float32)[..., tf.newaxis]
-        onmt_attention = _onmt_attention(loop, batch_size, beam_width, n_best)[:, :, :time]
-        onmt_attention = onmt_attention * tf.cast(inside, tf.float32)[..., tf.newaxis]
+        # OpenNMT-tf drops the history's last step (meant as the `</s>` step): a hypothesis
+        # stopped by maximum_decoding_length, with no `</s>`, has one vector fewer than tokens.
+        aligned = tf.minimum(time, steps - 1)
+        onmt_attention = _onmt_attention(loop, batch_size, beam_width, n_best)[:, :, :aligned]
+        onmt_attention = onmt_attention * tf.cast(inside[:, :, :aligned], tf.float32)[..., tf.newaxis]
         return DecodingResult(ids, lengths, log_probs, attention, onmt_attention)
     return DecodingResult(ids=ids, lengths=lengths, log_probs=log_probs, attention=attention)
 

@@ -7,8 +7,10 @@ log-probability OpenNMT-tf prints); with `infer.with_alignments`, then ` ||| ` a
 of each target token (the attention of the decoder's alignment head, as OpenNMT-tf prints it):
 `hard`, `SOURCE-TARGET` pairs (the most attended source position of each target position);
 `soft`, each target position's attention vector over the batch's source positions (`%.6f`
-values, target positions separated by ` ; `). Unknown target ids are written `<unk>`, or with
-`params.replace_unknown_target` replaced by the most attended source token (OpenNMT-tf's rule).
+values, target positions separated by ` ; `); with source sequence controls, their `<s>`/`</s>`
+are positions too, as OpenNMT-tf prints them. Unknown target ids are written `<unk>`, or with
+`params.replace_unknown_target` replaced by the most attended source token (OpenNMT-tf's rule,
+which never picks a source `<s>`/`</s>`).
 With `params.decoding_noise`, words of each hypothesis are then dropped, replaced or moved
 (opennmt_lite.data.noise, seeded by the options' seed); its score stays the one decoded.
 """
@@ -63,7 +65,7 @@ def translate_file(model, assets, inference_input, options, progress=True, align
                     if replace_unknown:
                         tokens = replace_unknown_tokens(
                             tokens, hypothesis == vocabulary.oov_id, data.corpus.tokens[int(index)],
-                            alignment)
+                            alignment, first=int(bool(data.corpus.source_controls.start)))
                     if noiser:
                         tokens = noiser(tokens, noise_draws)
                     text = assets.target_tokenizer.detokenize(tokens)
@@ -102,14 +104,20 @@ def _decode_batch(decode, batch, failed):
     return outputs
 
 
-def replace_unknown_tokens(tokens, unknown, source_tokens, alignment):
+def replace_unknown_tokens(tokens, unknown, source_tokens, alignment, first=0):
     """`tokens` with each one flagged in `unknown` replaced by the source token its alignment
-    row attends most, among the source's real positions (OpenNMT-tf's replace_unknown_target)."""
+    row attends most, among the source's real positions (OpenNMT-tf's replace_unknown_target):
+    the columns of `first` on (1 after a source `<s>`), as many as the source has tokens, so
+    neither a source `<s>` nor `</s>` is ever chosen (OpenNMT-tf's mask_attention)."""
     source_length = len(source_tokens)
     tokens = list(tokens)
     for position in np.flatnonzero(unknown):
         if source_length:
-            tokens[position] = source_tokens[int(np.argmax(alignment[position, :source_length]))]
+            # (no vector for the last token of a hypothesis stopped at maximum_decoding_length:
+            # OpenNMT-tf pads the alignment with zeros, whose argmax is the first token)
+            row = (alignment[position, first:first + source_length] if position < len(alignment)
+                   else np.zeros([source_length]))
+            tokens[position] = source_tokens[int(np.argmax(row))]
     return tokens
 
 

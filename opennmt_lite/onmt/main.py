@@ -73,12 +73,10 @@ REFUSED = {
                                          "with compute_type int8_float16",
 }
 for _name in CATALOG:
-    if not _name.startswith("Transformer"):
+    if not _name.startswith(("Transformer", "ScalingNmt")):
         REFUSED[f"--model_type {_name}"] = (
-            "opennmt-lite implements the Transformer models of the catalog only (Transformer*)"
-            if not _name.startswith("ScalingNmt") else
-            "not implemented (source sequence controls and EmbeddingsSharingLevel.AUTO); "
-            "use TransformerBig with a model section or model file")
+            "opennmt-lite implements the Transformer models of the catalog only (Transformer*, "
+            "ScalingNmtEnDe, ScalingNmtEnFr)")
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -110,7 +108,7 @@ def build_parser():
     parser.add_argument("--auto_config", default=None, action="store_true",
                         help="apply the model's automatic configuration values (off without it)")
     parser.add_argument("--model_type", default="", choices=CATALOG,
-                        help="model from OpenNMT-tf's catalog (the Transformer* ones)")
+                        help="model from OpenNMT-tf's catalog (the Transformer* and ScalingNmt* ones)")
     parser.add_argument("--model", default="", help="OpenNMT-tf model file (model.py)")
     parser.add_argument("--run_dir", default="", help="model_dir is relative to this directory")
     parser.add_argument("--data_dir", default="", help="data files are taken from this "
@@ -378,14 +376,16 @@ def configure(args):
     train = _train_overrides(args, user)
     if train:
         overrides["train"] = train
-    config = load_config(args.config, overrides)
     if custom_auto_config and auto_config:
-        # The model's own auto_config(): above opennmt-lite's Transformer values, below the files.
+        # The model's own auto_config(): above opennmt-lite's Transformer values, below the files
+        # (checked merged: the files may hold keys of its own schedule only, e.g. InvSqrtDecay's).
         combined = custom_auto_config
         for path in args.config:
             combined = merge(combined, _read_yaml([path]))
         config = build_config(merge(combined, overrides), source=" + ".join(args.config)
                               + f" + auto_config() of {origin}")
+    else:
+        config = load_config(args.config, overrides)
     _write_description(args, config.model_dir)
     return config
 

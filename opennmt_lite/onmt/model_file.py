@@ -28,9 +28,9 @@ import sys
 import traceback
 import types
 
-from opennmt_lite.config import AUTO_CONFIG, REPLACED_WHOLE
+from opennmt_lite.config import AUTO_CONFIG, PRESET_AUTO_CONFIG, REPLACED_WHOLE
 from opennmt_lite.errors import UserError
-from opennmt_lite.hyperparameters import ModelHyperparameters
+from opennmt_lite.hyperparameters import SHARE_EMBEDDINGS_AUTO, ModelHyperparameters
 
 # The name the file runs under (OpenNMT-tf imports it under its file name; a fixed private name
 # cannot shadow a module of the same name, e.g. a model file called `config.py`).
@@ -199,7 +199,7 @@ class EmbeddingsSharingLevel:
     SOURCE_TARGET_INPUT = _Level(1, "SOURCE_TARGET_INPUT", "source_target_input")
     TARGET = _Level(2, "TARGET", "target")
     ALL = _Level(3, "ALL", "all")
-    AUTO = _Level(4, "AUTO", None)  # (sharing decided by the vocabulary files: no one level here)
+    AUTO = _Level(4, "AUTO", "auto")  # (all or target, decided by the vocabulary files: config.py)
 
 
 class MultiHeadAttentionReduction:
@@ -279,8 +279,9 @@ class Transformer:
             position_encoding=_position_encoding(position_encoder_class),
             share_embeddings=_sharing(share_embeddings),
             output_layer_bias=_flag(output_layer_bias, "output_layer_bias"))
-        try:
-            ModelHyperparameters(**values)
+        try:  # (AUTO is "all" or "target", both valid here, chosen when the config is loaded)
+            ModelHyperparameters(**dict(values, share_embeddings=values["share_embeddings"]
+                                        .replace(SHARE_EMBEDDINGS_AUTO, "all")))
         except ValueError as error:
             raise _Refused(str(error)) from None
         self._hyperparameters = values
@@ -368,7 +369,7 @@ def _sharing(level):
     if isinstance(level, int) and not isinstance(level, bool) and level in names:
         return names[level]
     raise _Refused(f"share_embeddings={level!r}: use EmbeddingsSharingLevel.NONE, "
-                   f"SOURCE_TARGET_INPUT, TARGET or ALL (AUTO is not implemented)")
+                   f"SOURCE_TARGET_INPUT, TARGET, ALL or AUTO")
 
 
 # The catalog (OpenNMT-tf 2.32's opennmt/models/catalog.py), its Transformer classes.
@@ -408,9 +409,31 @@ class TransformerTiny(Transformer):
         super().__init__(num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=64)
 
 
+class ScalingNmtEnDe(Transformer):
+    def __init__(self, dropout=0.3, attention_dropout=0.1):
+        super().__init__(num_units=1024, num_heads=16, ffn_inner_dim=4096, pre_norm=False,
+                         dropout=dropout, attention_dropout=attention_dropout, ffn_dropout=0,
+                         share_embeddings=EmbeddingsSharingLevel.AUTO, output_layer_bias=False)
+
+    def auto_config(self, num_replicas=1):
+        # (the Transformer's, then the catalog's own values: see config.PRESET_AUTO_CONFIG)
+        return merge_config(super().auto_config(num_replicas=num_replicas),
+                            copy.deepcopy(PRESET_AUTO_CONFIG["ScalingNmtEnDe"]))
+
+
+class ScalingNmtEnFr(ScalingNmtEnDe):
+    def __init__(self):
+        super().__init__(dropout=0.1, attention_dropout=0)
+
+    def auto_config(self, num_replicas=1):
+        differences = {"params": {"learning_rate": 0.0007}, "train": {"effective_batch_size": 655360}}
+        return merge_config(super().auto_config(num_replicas=num_replicas), differences)
+
+
 CATALOG = {cls.__name__: cls for cls in (
     TransformerBase, TransformerBaseSharedEmbeddings, TransformerBaseRelative, TransformerBig,
-    TransformerBigSharedEmbeddings, TransformerBigRelative, TransformerTiny)}
+    TransformerBigSharedEmbeddings, TransformerBigRelative, TransformerTiny, ScalingNmtEnDe,
+    ScalingNmtEnFr)}
 # The catalog module's aliases (opennmt.models has only the generic Transformer).
 CATALOG_ALIASES = {"Transformer": TransformerBase, "TransformerRelative": TransformerBaseRelative}
 

@@ -33,18 +33,25 @@ class NoamDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
 class InvSqrtDecay(keras.optimizers.schedules.LearningRateSchedule):
-    """learning_rate * sqrt(warmup_steps) / sqrt(max(step + 1, warmup_steps)) (constant warmup)."""
+    """OpenNMT-tf 2.32's InvSqrtDecay (fairseq's inverse_sqrt), with n = step + 1: a linear warmup
+    initial_learning_rate + (learning_rate - initial_learning_rate) * n / warmup_steps while
+    n <= warmup_steps, then learning_rate * sqrt(warmup_steps / n)."""
 
-    def __init__(self, learning_rate, warmup_steps):
+    def __init__(self, learning_rate, warmup_steps, initial_learning_rate=0.0):
         self.learning_rate = float(learning_rate)
         self.warmup_steps = int(warmup_steps)
+        self.initial_learning_rate = float(initial_learning_rate)
 
     def __call__(self, step):
-        n = tf.maximum(tf.cast(step, tf.float32) + 1.0, float(self.warmup_steps))
-        return self.learning_rate * (self.warmup_steps**0.5) * tf.math.rsqrt(n)
+        n = tf.cast(step, tf.float32) + 1.0
+        warmup = tf.cast(self.warmup_steps, tf.float32)
+        rising = (self.initial_learning_rate
+                  + (self.learning_rate - self.initial_learning_rate) * (n / warmup))
+        return tf.where(n <= warmup, rising, self.learning_rate * tf.sqrt(warmup / n))
 
     def get_config(self):
-        return {"learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps}
+        return {"learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps,
+                "initial_learning_rate": self.initial_learning_rate}
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
