@@ -145,8 +145,12 @@ def optimizer(params, dtype_policy="float32"):
 
 def training_inputs(data, train, assets, strategy):
     """One `TrainingInput` per replica this process drives, each reading its own shard."""
+    from opennmt_lite.data.alignments import read_alignments
     from opennmt_lite.training.distribute import replica_shards
 
+    alignments = None
+    if data.train_alignments:
+        alignments = read_alignments(data.train_alignments, data.train_features_file)
     inputs = []
     for num_shards, shard_index in replica_shards(strategy):
         inputs.append(TrainingInput(
@@ -162,9 +166,19 @@ def training_inputs(data, train, assets, strategy):
             shuffle=True, seed=train.seed, repeat=not train.single_pass,
             pad_to_multiple=train.pad_to_multiple,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
-            num_shards=num_shards, shard_index=shard_index,
+            num_shards=num_shards, shard_index=shard_index, alignments=alignments,
         ))
     return inputs
+
+
+def guided_alignment(params):
+    """The `GuidedAlignment` of the `params` section, or None (check_training has made sure
+    that data.train_alignments comes with it)."""
+    from opennmt_lite.training.step import GuidedAlignment
+
+    if not params.guided_alignment_type:
+        return None
+    return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight)
 
 
 def evaluation_input(data, eval_config, assets):
@@ -263,6 +277,7 @@ def trainer(config, with_evaluation=None):
         label_smoothing=config.params.label_smoothing,
         average_loss_in_time=config.params.average_loss_in_time,
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
+        guided_alignment=guided_alignment(config.params),
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
     result.restore()  # (before the evaluator, which starts from the step restored)

@@ -104,6 +104,8 @@ class Tokenization:
 class DataConfig:
     train_features_file: str = key("path")
     train_labels_file: str = key("path")
+    # Pharaoh `i-j` lines, one per training example (guided alignment; data/alignments.py).
+    train_alignments: str = key("path")
     eval_features_file: str = key("path")
     eval_labels_file: str = key("path")
     source_vocabulary: str = key("path")
@@ -182,6 +184,10 @@ class ParamsConfig:
     maximum_decoding_length: int = key("int", 250, minimum=1, nullable=False)
     minimum_decoding_length: int = key("int", 0, minimum=0, nullable=False)
     num_hypotheses: int = key("int", minimum=1)
+    # Guided alignment (OpenNMT-tf's): the first head of the last decoder layer's attention is
+    # pulled towards data.train_alignments, with this cost and weight.
+    guided_alignment_type: str = key("str", None, choices=("ce", "mse"))
+    guided_alignment_weight: float = key("float", 1.0, minimum=0, nullable=False)
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -298,6 +304,15 @@ class Config:
                 raise ConfigError(f"data.{name} must be set to train")
         if not self.train.batch_size:
             raise ConfigError("train.batch_size must be set to train")
+        # OpenNMT-tf trains without guided alignment, silently, when only one of the two is set.
+        if self.data.train_alignments and not self.params.guided_alignment_type:
+            raise ConfigError("data.train_alignments is set but params.guided_alignment_type is "
+                              "not: set it to ce or mse to train with guided alignment, or remove "
+                              "data.train_alignments")
+        if self.params.guided_alignment_type and not self.data.train_alignments:
+            raise ConfigError(f"params.guided_alignment_type is {self.params.guided_alignment_type}"
+                              f" but data.train_alignments is not set: guided alignment needs the "
+                              f"alignment file (Pharaoh `i-j` lines, one per training example)")
 
     @property
     def with_evaluation(self):
@@ -347,7 +362,7 @@ AUTO_CONFIG = {
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
 PATH_KEYS = (
     "train_features_file", "train_labels_file", "eval_features_file", "eval_labels_file",
-    "source_vocabulary", "target_vocabulary",
+    "source_vocabulary", "target_vocabulary", "train_alignments",
 )
 
 
@@ -412,7 +427,6 @@ def _check(value, leaf, where):
 # OpenNMT-tf 2.32 keys opennmt-lite does not support: refused with the reason (an unknown key
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
-    "data.train_alignments": "guided alignment is not implemented",
     "data.train_files_weights": "weighted multiple training files are not implemented",
     "data.source_embedding": "pretrained embeddings are not implemented",
     "data.target_embedding": "pretrained embeddings are not implemented",
@@ -425,8 +439,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
     "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
     "params.decoding_noise": "decoding noise is not implemented",
-    "params.guided_alignment_type": "guided alignment is not implemented",
-    "params.guided_alignment_weight": "guided alignment is not implemented",
     "params.contrastive_learning": "contrastive learning is not implemented",
     "params.max_margin_eta": "contrastive learning is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",

@@ -9,7 +9,9 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
   source_ids [B, Ts], source_length [B], target_ids_in [B, Tt] (`<s>` + ids),
   target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
 
-(evaluation adds `index` [B] int64, the 0-based line of each example). Inference elements:
+(evaluation adds `index` [B] int64, the 0-based line of each example; training with
+`data.train_alignments` adds `alignment` [B, Tt, Ts] float32, the gold alignment matrices, row t
+for target word t; see alignments.py). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
 """
@@ -29,9 +31,10 @@ logger = logging.getLogger("opennmt_lite")
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def batch_signature(with_index=False):
+def batch_signature(with_index=False, with_alignment=False):
     """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
-    serves every shape (`index` [B] int64: the evaluation batches' line numbers)."""
+    serves every shape (`index` [B] int64: the evaluation batches' line numbers; `alignment`
+    [B, Tt, Ts] float32: the training batches' gold alignments, with guided alignment)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -41,6 +44,8 @@ def batch_signature(with_index=False):
     }
     if with_index:
         spec["index"] = tf.TensorSpec([None], tf.int64)
+    if with_alignment:
+        spec["alignment"] = tf.TensorSpec([None, None, None], tf.float32)
     return spec
 
 
@@ -111,6 +116,9 @@ class TrainingInput:
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
+      alignments: an `alignments.Alignments` of the training files (guided alignment): each
+        batch then holds "alignment", its examples' gold matrices; checked against the kept
+        examples' lengths here.
 
     Same seed, same arguments: the same batches in the same order, every time the dataset is
     iterated. Without shuffling, one pass yields every kept example exactly once (with
@@ -123,7 +131,8 @@ class TrainingInput:
                  batch_size_multiple=1, scheme="sorted", length_bucket_width=1,
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
-                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True):
+                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True,
+                 alignments=None):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -147,6 +156,10 @@ class TrainingInput:
                 shard_index=shard_index,
             )
         self.stats = self.corpus.stats
+        self.alignments = alignments
+        if alignments is not None:
+            alignments.check_lengths(self.corpus.line_index, self.corpus.source.lengths,
+                                     self.corpus.target.lengths)
         self.batch_size = int(batch_size)
         self.batch_type = batch_type
         self.batch_size_multiple = int(batch_size_multiple)
@@ -240,15 +253,22 @@ class TrainingInput:
     def numpy_batches(self, num_epochs=None, skip_batches=0):
         """Padded NumPy batches (dicts; tuples of dicts with accum_steps > 1). `skip_batches`
         counts single batches (accum_steps of them per group); see index_batches."""
-        batches = (pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
-                   for indices in self.index_batches(num_epochs, skip_batches))
+        batches = (self._pad(indices) for indices in self.index_batches(num_epochs, skip_batches))
         if self.accum_steps > 1:
             return group_batches(batches, self.accum_steps)
         return batches
 
+    def _pad(self, indices):
+        batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
+        if self.alignments is not None:
+            batch["alignment"] = self.alignments.matrices(
+                self.corpus.line_index[indices], batch["target_ids_in"].shape[1],
+                batch["source_ids"].shape[1])
+        return batch
+
     @property
     def element_spec(self):
-        return (batch_signature(),) * self.accum_steps
+        return (batch_signature(with_alignment=self.alignments is not None),) * self.accum_steps
 
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of

@@ -21,6 +21,7 @@ the cores busier than one pass whose small ops are each split over all cores (se
 `configure_threads`). The gradient is the same sum over the same tokens.
 """
 
+import dataclasses
 import logging
 import os
 
@@ -28,18 +29,34 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
-from opennmt_lite.training.losses import cross_entropy_sequence_loss
+from opennmt_lite.training.losses import (
+    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum)
 
 logger = logging.getLogger("opennmt_lite")
 
 
-def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
-    """-> (summed loss, normalizer) of one batch."""
-    logits, _ = model(batch, training=training)
+@dataclasses.dataclass(frozen=True)
+class GuidedAlignment:
+    """`params.guided_alignment_type` ("ce" or "mse") and `params.guided_alignment_weight`: the
+    batches then hold "alignment", their gold matrices (see data/alignments.py)."""
+
+    type: str
+    weight: float = 1.0
+
+
+def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
+                 guided_alignment=None, guided_scale=None):
+    """-> (summed loss, normalizer) of one batch. With `guided_alignment`, the summed loss
+    includes the guided-alignment cost times `guided_scale` (`guided_alignment_scale` of the
+    whole batch this one may be a slice of)."""
+    logits, attention = model(batch, training=training)
     loss, tokens = cross_entropy_sequence_loss(
         logits, batch["target_ids_out"], batch["target_length"],
         label_smoothing=label_smoothing, training=training,
     )
+    if guided_alignment is not None:
+        loss += guided_scale * guided_alignment_sum(
+            attention, batch["alignment"], batch["target_length"] - 1, guided_alignment.type)
     normalizer = tokens if average_loss_in_time else tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
     return loss, normalizer
 
@@ -59,19 +76,29 @@ def split_batch(batch, parts):
         part["source_ids"] = part["source_ids"][:, :source_time]
         part["target_ids_in"] = part["target_ids_in"][:, :target_time]
         part["target_ids_out"] = part["target_ids_out"][:, :target_time]
+        if "alignment" in part:
+            part["alignment"] = part["alignment"][:, :target_time, :source_time]
         slices.append(part)
     return slices
 
 
-def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1):
+def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1,
+                    guided_alignment=None):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
     Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
-    slices of the batch (split_batch), computed independently (see the module docstring)."""
+    slices of the batch (split_batch), computed independently (see the module docstring).
+    `guided_alignment`: a `GuidedAlignment`, whose cost joins the loss (OpenNMT-tf's)."""
     scaled = inner_optimizer(optimizer) is not optimizer
+    guided_scale = None
+    if guided_alignment is not None:
+        guided_scale = guided_alignment_scale(
+            batch["target_length"] - 1, batch["source_length"], guided_alignment.type,
+            guided_alignment.weight)
     with tf.GradientTape() as tape:
         parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
         losses, normalizers = zip(*(
-            compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
+            compute_loss(model, part, label_smoothing, average_loss_in_time, training=True,
+                         guided_alignment=guided_alignment, guided_scale=guided_scale)
             for part in parts))
         loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
         objective = optimizer.scale_loss(loss) if scaled else loss
@@ -126,8 +153,10 @@ class TrainStep:
     """
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
-                 average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1):
+                 average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
+                 guided_alignment=None):
         self.model = model
+        self.guided_alignment = guided_alignment
         self.sub_batches = sub_batches
         self.optimizer = optimizer
         self.accum_steps = accum_steps
@@ -146,14 +175,15 @@ class TrainStep:
             self.normalizer = tf.Variable(0.0, **local)
         # XLA compiles the single-device functions; cross-device collectives stay outside it.
         jit = (jit_compile and not self.distributed) or None
-        signature = (tuple(batch_signature() for _ in range(self.replicas)),)
+        spec = batch_signature(with_alignment=guided_alignment is not None)
+        signature = (tuple(spec for _ in range(self.replicas)),)
         self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
         self._apply = tf.function(self._apply_fn, jit_compile=jit)
 
     def _replica_accumulate(self, batch):
         grads, loss, normalizer = batch_gradients(
             self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
-            self.sub_batches)
+            self.sub_batches, self.guided_alignment)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
