@@ -311,3 +311,49 @@ def test_guided_alignment_lowers_the_alignment_error_rate(tmp_path):
     guided = alignment_error_rate(sources, train_and_align(tmp_path, vocab, guided=True))
     print(f"AER without guided alignment {plain:.3f}, with {guided:.3f}")
     assert guided <= plain - 0.10  # measured: 0.642 without, 0.385 with (2 x 100 steps)
+
+
+# -- OpenNMT-tf's guided model: its infer lines ----------------------------------------------
+
+
+def guided_config(tmp_path, params=None, infer=None):
+    """An opennmt-lite config for the OpenNMT-tf model directory of the fixture (model.py's
+    hyper-parameters, OpenNMT-tf's infer batches: 16 sentences in file order)."""
+    import yaml
+
+    from opennmt_lite.config import load_config
+
+    user = {"model_dir": str(GUIDED), "auto_config": False,
+            "data": {"source_vocabulary": "src-vocab.txt", "target_vocabulary": "tgt-vocab.txt"},
+            "model": {"num_layers": 2, "num_units": 32, "num_heads": 2, "ffn_inner_dim": 64,
+                      "maximum_relative_position": 8, "pre_norm": True},
+            "params": params or {}, "infer": {"batch_size": 16, "length_bucket_width": 0,
+                                               **(infer or {})}}
+    path = tmp_path / "config.yml"
+    path.write_text(yaml.safe_dump(user))
+    return load_config(str(path))
+
+
+@pytest.mark.parametrize("name", ["beam1.scores.hard", "beam4.scores.hard",
+                                  "beam4.replace.scores.hard", "beam1.replace.scores.soft",
+                                  "beam4.scores.soft"])
+def test_infer_prints_opennmt_lines(tmp_path, name):
+    """`onmt-main infer` of OpenNMT-tf's guided model with each infer-*.yml of the fixture (hard
+    and soft alignments, scores, replace_unknown_target, beam 1 and 4): the same lines (>= 99/100
+    texts and hard alignments identical, scores within 1e-4, soft values within 1e-5)."""
+    import yaml
+
+    from opennmt_lite import build
+    from opennmt_lite.inference.translate import format_lines, translate_file
+    from test_onmt_parity_decoding import compare_fields
+
+    overrides = yaml.safe_load((GUIDED / f"infer-{name}.yml").read_text())
+    config = guided_config(tmp_path, overrides["params"], overrides["infer"])
+    model, assets, _ = build.inference_model(config)
+    data = build.inference_input(str(GUIDED / "test.first100.tok.en"), config.infer, assets)
+    results = translate_file(model, assets, data, build.decoding_options(config.params, config.infer),
+                             progress=False, alignments=config.infer.with_alignments)
+    ours = list(format_lines(results, config.infer.with_scores, config.infer.with_alignments))
+    theirs = (GUIDED / f"pred.first100.{name}.tok.de").read_text(encoding="utf-8").splitlines()
+    assert len(ours) == len(theirs) == 100
+    assert compare_fields(ours, theirs, config.infer.with_alignments) >= 99
