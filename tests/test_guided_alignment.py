@@ -218,6 +218,41 @@ def test_unknown_type_and_cli_errors_exit_2(tmp_path, capsys):
     assert len(error) == 1 and "guided_alignment_type" in error[0], error
 
 
+@pytest.mark.parametrize("scheme", ["sorted", "opennmt"])
+def test_batches_carry_each_example_s_own_alignment(tmp_path, scheme):
+    """Shuffled, length-sorted or bucketed, sharded, padded to a multiple of 8, resumed after 3
+    batches: every gold link of every batch joins a source word sK to its translation tK (the
+    permutation language's links), every target word has its one link, and the resumed stream
+    is the tail of the whole one."""
+    from opennmt_lite.data.vocab import Vocabulary
+
+    vocabulary = Vocabulary.from_file(permutation_task(tmp_path, 300, seed=2))
+    tokens = np.array(vocabulary.tokens + ["<unk>"])
+    alignments = read_alignments(str(tmp_path / "train.align"), str(tmp_path / "train.src"))
+    for shard in (0, 1):
+        data = TrainingInput(
+            str(tmp_path / "train.src"), str(tmp_path / "train.tgt"), source_vocabulary=vocabulary,
+            target_vocabulary=vocabulary, batch_size=64, batch_type="tokens", scheme=scheme,
+            length_bucket_width=1, seed=9, num_shards=2, shard_index=shard, pad_to_multiple=8,
+            repeat=False, alignments=alignments)
+        batches = list(data.numpy_batches())
+        for batch in batches:
+            b, j, i = np.nonzero(batch["alignment"])
+            source_words = tokens[batch["source_ids"][b, i]]
+            target_words = tokens[batch["target_ids_out"][b, j]]
+            assert all(t == "t" + s[1:] for s, t in zip(source_words, target_words))
+            words = batch["target_length"] - 1
+            links = batch["alignment"].sum(axis=-1)
+            assert (links == (np.arange(links.shape[1]) < words[:, None])).all()
+            assert batch["alignment"].shape[1:] == (batch["target_ids_in"].shape[1],
+                                                    batch["source_ids"].shape[1])
+        assert sum(len(batch["source_length"]) for batch in batches) == 150
+        resumed = list(data.numpy_batches(skip_batches=3))
+        assert len(resumed) == len(batches) - 3
+        for a, b in zip(resumed, batches[3:]):
+            np.testing.assert_array_equal(a["alignment"], b["alignment"])
+
+
 # -- guided alignment teaches the alignment ----------------------------------------------------
 
 
@@ -357,3 +392,39 @@ def test_infer_prints_opennmt_lines(tmp_path, name):
     theirs = (GUIDED / f"pred.first100.{name}.tok.de").read_text(encoding="utf-8").splitlines()
     assert len(ours) == len(theirs) == 100
     assert compare_fields(ours, theirs, config.infer.with_alignments) >= 99
+
+
+@pytest.mark.parametrize("mixed_precision, sub_batches", [("false", 1), ("float16", 2)])
+def test_training_continues_opennmt_checkpoint_with_guided_alignment(tmp_path, mixed_precision,
+                                                                     sub_batches):
+    """`train` on OpenNMT-tf's guided model directory (its Adam moments and step imported), with
+    its own config's guided alignment, gradient accumulation (2 batches per step), in float32 and
+    in mixed float16 with sub-batches: 2 steps, the loss finite and near OpenNMT-tf's own (its
+    compute_loss on 8 training examples: 2.42 per token; a fresh model starts at ln(801) = 6.7)."""
+    import shutil
+
+    import yaml
+
+    from opennmt_lite import build
+    from opennmt_lite.config import load_config
+
+    model_dir = tmp_path / "run"
+    shutil.copytree(GUIDED, model_dir)
+    user = yaml.safe_load((GUIDED / "config.yml").read_text())
+    user.update(model_dir=str(model_dir), auto_config=False, model={
+        "num_layers": 2, "num_units": 32, "num_heads": 2, "ffn_inner_dim": 64,
+        "maximum_relative_position": 8, "pre_norm": True})
+    user["data"].update(train_features_file="train.first200.tok.en",
+                        train_labels_file="train.first200.tok.de",
+                        train_alignments="train.first200.align")
+    user["train"].update(batch_size=512, effective_batch_size=1024, max_step=1502,
+                         save_checkpoints_steps=1, mixed_precision=mixed_precision,
+                         sub_batches=sub_batches, average_last_checkpoints=0)
+    (tmp_path / "config.yml").write_text(yaml.safe_dump(user))
+    trainer = build.trainer(load_config(str(tmp_path / "config.yml")), with_evaluation=False)
+    assert trainer.step == 1500
+    result = trainer.run()
+    assert result["step"] == 1502
+    expected = json.loads((GUIDED / "losses.json").read_text())
+    print(f"loss at step 1502 ({mixed_precision}): {result['loss']:.4f}")
+    assert 0.6 < result["loss"] / (expected["loss_ce"] / expected["tokens"]) < 1.6, result
