@@ -44,7 +44,7 @@ def _parse(lines, path, first_line):
     """-> (pairs int64 [n, 2] (source, target), counts [len(lines)]); DataError on a bad field."""
     for number, line in enumerate(lines):
         if not _LINE.fullmatch(line.strip()):
-            field = next(f for f in line.split() if not _PAIR.fullmatch(f))
+            field = next((f for f in line.split() if not _PAIR.fullmatch(f)), line)
             raise DataError(
                 f"alignment file {path}, line {first_line + number}: {field[:40]!r} is not an "
                 f"`i-j` pair (Pharaoh format: space-separated pairs of 0-based source and target "

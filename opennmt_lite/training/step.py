@@ -19,6 +19,11 @@ forward and backward passes share no op until the gradients are added, so Tensor
 inter-op threads run them side by side. On a CPU with few cores, n single-threaded passes keep
 the cores busier than one pass whose small ops are each split over all cores (see
 `configure_threads`). The gradient is the same sum over the same tokens.
+
+With guided alignment (`GuidedAlignment`), each batch's summed loss also holds OpenNMT-tf's
+guided-alignment cost of that batch (already divided by its target words, times the weight);
+it is then normalised with the cross-entropy, as OpenNMT-tf adds it to its cumulated loss.
+Sub-batches scale their slice's cost by the whole batch's totals, so the sum is unchanged.
 """
 
 import dataclasses
