@@ -12,6 +12,7 @@ starts, and the dtype policy before the model is built (see `trainer`).
 import collections
 import contextlib
 import dataclasses
+import functools
 import logging
 import os
 
@@ -143,18 +144,28 @@ def optimizer(params, dtype_policy="float32"):
     return result
 
 
-def training_inputs(data, train, assets, strategy):
-    """One `TrainingInput` per replica this process drives, each reading its own shard."""
+def training_inputs(data, train, assets, strategy, negatives=None):
+    """One `TrainingInput` per replica this process drives, each reading its own shard: several
+    files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
+    `negatives`: contrastive learning's (`contrastive_negatives`)."""
+    from opennmt_lite.data import weighted
     from opennmt_lite.data.alignments import read_alignments
     from opennmt_lite.training.distribute import replica_shards
 
+    files = data.train_features_file
+    sampled = data.train_files_weights is not None and not isinstance(files, str) and len(files) > 1
     alignments = None
     if data.train_alignments:
-        alignments = read_alignments(data.train_alignments, data.train_features_file)
+        alignments = read_alignments(data.train_alignments, files)
     inputs = []
     for num_shards, shard_index in replica_shards(strategy):
-        inputs.append(TrainingInput(
-            data.train_features_file, data.train_labels_file,
+        if sampled:
+            make = functools.partial(weighted.WeightedTrainingInput, files, data.train_labels_file,
+                                     data.train_files_weights,
+                                     example_weights_files=data.example_weights)
+        else:
+            make = functools.partial(TrainingInput, files, data.train_labels_file)
+        inputs.append(make(
             source_vocabulary=assets.source_vocabulary, target_vocabulary=assets.target_vocabulary,
             source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
             batch_size=train.batch_size, batch_type=train.batch_type,
@@ -166,8 +177,11 @@ def training_inputs(data, train, assets, strategy):
             shuffle=True, seed=train.seed, repeat=not train.single_pass,
             pad_to_multiple=train.pad_to_multiple,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
-            num_shards=num_shards, shard_index=shard_index, alignments=alignments,
+            num_shards=num_shards, shard_index=shard_index, negatives=negatives,
+            alignments=alignments,
         ))
+        if not sampled:
+            weighted.with_example_weights(inputs[-1].corpus, data.example_weights, files)
     return inputs
 
 
@@ -179,6 +193,17 @@ def guided_alignment(params):
     if not params.guided_alignment_type:
         return None
     return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight)
+
+
+def contrastive_negatives(params, assets):
+    """The negative targets of `params.contrastive_learning` (one word omitted, words cut by
+    params.decoding_subword_token), or None without it."""
+    from opennmt_lite.data.noise import contrastive_negatives as negatives
+
+    if not params.contrastive_learning:
+        return None
+    return negatives(assets.target_vocabulary, params.decoding_subword_token,
+                     params.decoding_subword_token_is_spacer)
 
 
 def evaluation_input(data, eval_config, assets):
@@ -271,12 +296,15 @@ def trainer(config, with_evaluation=None):
         transformer = model(config.model, built_assets)
         built_optimizer = optimizer(config.params, train.dtype_policy)
         built_optimizer.build(transformer.trainable_variables)
-    inputs = training_inputs(config.data, train, built_assets, strategy)
+    inputs = training_inputs(config.data, train, built_assets, strategy,
+                             negatives=contrastive_negatives(config.params, built_assets))
     step = TrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
         average_loss_in_time=config.params.average_loss_in_time,
         jit_compile=train.jit_compile, strategy=strategy, sub_batches=sub_batches,
+        max_margin_eta=config.params.max_margin_eta if config.params.contrastive_learning else None,
+        example_weights=config.data.example_weights is not None,
         guided_alignment=guided_alignment(config.params),
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)

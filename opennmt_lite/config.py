@@ -40,7 +40,7 @@ LARGEST_INT = 2**31 - 1  # the largest integer a config value or command-line nu
 class Key:
     """A leaf of the schema: its YAML kind, default, allowed values and lower bound."""
 
-    kind: str  # "int", "float", "bool", "str", "path", "dict", "list"
+    kind: str  # "int", "float", "bool", "str", "path", "paths", "dict", "list"
     default: typing.Any = None
     choices: tuple = None
     minimum: float = None
@@ -102,10 +102,15 @@ class Tokenization:
 
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
-    train_features_file: str = key("path")
-    train_labels_file: str = key("path")
-    # Pharaoh `i-j` lines, one per training example (guided alignment; data/alignments.py).
-    train_alignments: str = key("path")
+    # A path, or a list of paths (tuples once loaded): several training files, concatenated, or
+    # sampled with `train_files_weights` (see opennmt_lite/data/weighted.py).
+    train_features_file: str = key("paths")
+    train_labels_file: str = key("paths")
+    train_files_weights: tuple = key("list")
+    example_weights: str = key("paths")  # one float per training line (per training file)
+    # Pharaoh `i-j` lines, one per training example (guided alignment; data/alignments.py);
+    # a list: one file per training file.
+    train_alignments: str = key("paths")
     eval_features_file: str = key("path")
     eval_labels_file: str = key("path")
     source_vocabulary: str = key("path")
@@ -184,6 +189,17 @@ class ParamsConfig:
     maximum_decoding_length: int = key("int", 250, minimum=1, nullable=False)
     minimum_decoding_length: int = key("int", 0, minimum=0, nullable=False)
     num_hypotheses: int = key("int", minimum=1)
+    # Word noise on the translations (back-translation): a list of {dropout: p},
+    # {replacement: [p, filler]}, {permutation: k}, over words cut by the subword token below
+    # (opennmt_lite.data.noise; checked by _finalize_decoding_noise). The subword token is also
+    # what contrastive_learning's omitted words are cut by.
+    decoding_noise: tuple = key("list")
+    decoding_subword_token: str = key("str", "￭", nullable=False)
+    decoding_subword_token_is_spacer: bool = key("bool")
+    # Yang et al. (2019) as OpenNMT-tf trains it: the training loss becomes the max-margin loss
+    # between each batch's targets and their copies with one word omitted (training/step.py).
+    contrastive_learning: bool = key("bool", False, nullable=False)
+    max_margin_eta: float = key("float", 0.1, minimum=0, nullable=False)
     # Guided alignment (OpenNMT-tf's): the first head of the last decoder layer's attention is
     # pulled towards data.train_alignments, with this cost and weight.
     guided_alignment_type: str = key("str", None, choices=("ce", "mse"))
@@ -279,6 +295,10 @@ class ScoreConfig:
     batch_size: int = key("int", 64, minimum=1)
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
+    # OpenNMT-tf's score options (see opennmt_lite.inference.score): each token's cross-entropy,
+    # the decoder's alignment of each token.
+    with_token_level: bool = key("bool", False)
+    with_alignments: str = key("str", None, choices=("hard", "soft"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,7 +382,7 @@ AUTO_CONFIG = {
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
 PATH_KEYS = (
     "train_features_file", "train_labels_file", "eval_features_file", "eval_labels_file",
-    "source_vocabulary", "target_vocabulary", "train_alignments",
+    "source_vocabulary", "target_vocabulary", "example_weights", "train_alignments",
 )
 
 
@@ -403,6 +423,11 @@ def _check(value, leaf, where):
             raise ConfigError(f"{where}: {str(value)[:20]}... is too large a number") from None
         if not math.isfinite(value):  # (.nan, .inf: every float key is a finite quantity)
             raise ConfigError(f"{where}: expected a finite number, got {value}")
+    elif kind == "paths":
+        if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+            return value
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a path or a non-empty list of paths, got {value!r}")
     elif kind in ("str", "path"):
         if kind == "str" and where.endswith("mixed_precision") and isinstance(value, bool):
             value = str(value).lower()
@@ -427,7 +452,6 @@ def _check(value, leaf, where):
 # OpenNMT-tf 2.32 keys opennmt-lite does not support: refused with the reason (an unknown key
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
-    "data.train_files_weights": "weighted multiple training files are not implemented",
     "data.source_embedding": "pretrained embeddings are not implemented",
     "data.target_embedding": "pretrained embeddings are not implemented",
     "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
@@ -436,11 +460,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
-    "params.decoding_subword_token": "subword-level decoding constraints are not implemented",
-    "params.decoding_subword_token_is_spacer": "subword-level decoding constraints are not implemented",
-    "params.decoding_noise": "decoding noise is not implemented",
-    "params.contrastive_learning": "contrastive learning is not implemented",
-    "params.max_margin_eta": "contrastive learning is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",
     "train.moving_average_decay": "weight moving averages are not implemented",
     "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
@@ -453,8 +472,6 @@ UNSUPPORTED_ONMT_KEYS = {
     "eval.max_exports_to_keep": "exporting during training is not implemented",
     "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
     "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "score.with_token_level": "token-level scores are not implemented",
-    "score.with_alignments": "alignment output is not implemented",
     "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
 }
 
@@ -562,6 +579,53 @@ def _finalize_params(params, model, train, source):
         params["average_loss_in_time"] = train["batch_type"] == "tokens"
 
 
+# params.decoding_noise: each module's name -> (minimum, maximum) number of arguments.
+NOISE_ARGUMENTS = {"dropout": (1, 1), "replacement": (1, 2), "permutation": (1, 1)}
+NOISE_EXAMPLE = "[{dropout: 0.1}, {replacement: [0.1, ⦅unk⦆]}, {permutation: 3}]"
+
+
+def _finalize_decoding_noise(params, infer, source):
+    """OpenNMT-tf's list of single-key mappings -> ((name, (arguments...)), ...), names in lower
+    case (as OpenNMT-tf reads them); probabilities in [0, 1], distances integers >= 0."""
+    if not params["decoding_subword_token"]:
+        raise ConfigError(f"{source}: params.decoding_subword_token must not be empty")
+    modules = params["decoding_noise"]
+    if not modules:
+        params["decoding_noise"] = ()
+        return
+    result = []
+    for i, module in enumerate(modules):
+        where = f"{source}: params.decoding_noise[{i}]"
+        if not isinstance(module, dict) or len(module) != 1:
+            raise ConfigError(f"{where}: expected one {{module: arguments}} mapping, e.g. "
+                              f"{NOISE_EXAMPLE}; got {module!r}")
+        name, arguments = next(iter(module.items()))
+        name = str(name).lower()
+        arguments = arguments if isinstance(arguments, list) else [arguments]
+        if name not in NOISE_ARGUMENTS:
+            raise ConfigError(f"{where}: unknown noise module {name!r} (one of "
+                              f"{', '.join(NOISE_ARGUMENTS)})")
+        low, high = NOISE_ARGUMENTS[name]
+        if not low <= len(arguments) <= high:
+            raise ConfigError(f"{where}: {name} takes {low if low == high else f'{low} or {high}'} "
+                              f"argument(s), got {arguments!r}")
+        first = arguments[0]
+        if name == "permutation":
+            if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+                raise ConfigError(f"{where}: permutation's maximum distance must be an integer "
+                                  f">= 0, got {first!r}")
+        elif isinstance(first, bool) or not isinstance(first, (int, float)) or not 0 <= first <= 1:
+            raise ConfigError(f"{where}: {name}'s probability must be a number in [0, 1], got {first!r}")
+        if len(arguments) == 2 and not (isinstance(arguments[1], str) and arguments[1]):
+            raise ConfigError(f"{where}: replacement's filler must be a token (a non-empty "
+                              f"string), got {arguments[1]!r}")
+        result.append((name, tuple(arguments)))
+    if infer["with_alignments"]:
+        raise ConfigError(f"{source}: infer.with_alignments cannot be used with "
+                          "params.decoding_noise (noisy translations have no alignment, as in OpenNMT-tf)")
+    params["decoding_noise"] = tuple(result)
+
+
 def _finalize(config, source):
     model, params, train, evaluation = config["model"], config["params"], config["train"], config["eval"]
     _finalize_model(model, source)
@@ -580,6 +644,7 @@ def _finalize(config, source):
     except ValueError as error:
         raise ConfigError(f"{source}: model: {error}") from None
     _finalize_params(params, model, train, source)
+    _finalize_decoding_noise(params, config["infer"], source)
     if params["num_hypotheses"] is None:
         params["num_hypotheses"] = config["infer"]["n_best"]
     if config["infer"]["n_best"] > params["beam_width"]:
@@ -606,11 +671,52 @@ def _finalize(config, source):
     model_dir = config["model_dir"]
     data = config["data"]
     for name in PATH_KEYS:
-        data[name] = _resolve_path(data.get(name), model_dir)
+        value = data.get(name)
+        data[name] = ([_resolve_path(v, model_dir) for v in value] if isinstance(value, list)
+                      else _resolve_path(value, model_dir))
+    _finalize_training_files(data, train, source)
     for side in TOKENIZATION_KEYS:
         if data[side] is not None:
             data[side] = _finalize_tokenization(data[side], f"data.{side}", source, model_dir)
     return config
+
+
+def _files(value):
+    return value if isinstance(value, list) else [value]
+
+
+def _finalize_training_files(data, train, source):
+    """The cross-field checks of several training files, their weights and example weights
+    (the counts of lines are checked when the files are read: opennmt_lite/data/weighted.py)."""
+    features, labels = data["train_features_file"], data["train_labels_file"]
+    if features is not None and labels is not None and len(_files(features)) != len(_files(labels)):
+        raise ConfigError(
+            f"{source}: data.train_features_file lists {len(_files(features))} file(s) but "
+            f"data.train_labels_file {len(_files(labels))}: they must pair up")
+    count = len(_files(features)) if features is not None else None
+    weights = data["train_files_weights"]
+    if weights is not None:
+        where = f"{source}: data.train_files_weights"
+        for weight in weights:
+            if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                raise ConfigError(f"{where}: expected a list of numbers, got {weight!r}")
+            if weight < 0:
+                raise ConfigError(f"{where}: weights cannot be negative, got {weight}")
+        if count is not None and len(weights) != count:
+            raise ConfigError(f"{where}: {len(weights)} weight(s) for {count} training file(s) "
+                              f"(data.train_features_file): give one weight per file")
+        if not any(weights):
+            raise ConfigError(f"{where}: all weights are zero: no file would be read")
+        if train["single_pass"] and count and count > 1:
+            raise ConfigError(f"{source}: train.single_pass cannot be used with "
+                              "data.train_files_weights (weighted files are sampled endlessly, "
+                              "as in OpenNMT-tf)")
+        data["train_files_weights"] = [float(w) for w in weights]
+    example_weights = data["example_weights"]
+    if example_weights is not None and count is not None and len(_files(example_weights)) != count:
+        raise ConfigError(
+            f"{source}: data.example_weights lists {len(_files(example_weights))} file(s) for "
+            f"{count} training file(s): give one example weights file per training file")
 
 
 TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")

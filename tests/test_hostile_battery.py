@@ -59,6 +59,8 @@ def hostile_values(kind, rng, directory):
         "str": ["none", "\x00", "é" * 10],
         "path": ["/no/such/file", str(directory), str(directory / "a_file" / "under"),
                  str(directory / "bad_utf8.txt"), str(directory / "empty.txt"), 7],
+        "paths": ["/no/such/file", str(directory), [], [str(directory), 7], [None],
+                  ["/no/such/file"] * 3, 7],
         "dict": [{"unknown": float("nan")}, ["x"], 3],
         "list": [[None], [float("nan")], "bleu,bleu", 3],
     }

@@ -64,7 +64,7 @@ def _build(args, config):
             raise ConfigError("a joint SentencePiece model needs one vocabulary file: set "
                               "data.source_vocabulary and data.target_vocabulary to the same path")
         train_sentencepiece(
-            [data.train_features_file, data.train_labels_file],
+            _training_files(data),
             os.path.splitext(source.model)[0], source.vocabulary_size,
             model_type=source.model_type, character_coverage=source.character_coverage,
             seed=seed, vocabulary_path=data.source_vocabulary,
@@ -83,6 +83,13 @@ def _build(args, config):
         model_type=source.model_type, character_coverage=source.character_coverage,
         seed=seed,
     )
+
+
+def _training_files(data):
+    """Source and target training files in one list (each key: one path or a list)."""
+    from opennmt_lite.data.text import as_file_list
+
+    return as_file_list(data.train_features_file) + as_file_list(data.train_labels_file)
 
 
 def _build_word_vocabularies(args, data):
@@ -105,7 +112,7 @@ def _build_word_vocabularies(args, data):
         counts = collections.Counter()
         for _, _, side_counts in sides:
             counts.update(side_counts)  # (first-seen order kept: source tokens first)
-        sides = [([data.train_features_file, data.train_labels_file], data.source_vocabulary, counts)]
+        sides = [(_training_files(data), data.source_vocabulary, counts)]
     with Staging() as staging:  # the vocabularies replaced together, at the end
         for files, path, counts in sides:
             build_word_vocab(files, path, size=args.size, min_frequency=args.min_frequency,

@@ -30,6 +30,9 @@ def run(args, config):
     from opennmt_lite.export.saved_model import export_model
     from opennmt_lite.outputs import check_directory, staged_directory, writing
 
+    if config.params.decoding_noise:  # (OpenNMT-tf's SavedModel adds it in the graph)
+        logger.warning("params.decoding_noise is not part of the exported model: its "
+                       "translations are not noised (run.py infer adds the noise)")
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, config)
     if args.quantization or args.force:

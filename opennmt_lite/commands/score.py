@@ -6,7 +6,8 @@ import logging
 from opennmt_lite.commands import add_checkpoint_argument
 from opennmt_lite.data import DataError
 
-HELP = "score existing translations (OpenNMT-tf's score: 'NLL ||| tokens' per line)"
+HELP = ("score existing translations (OpenNMT-tf's score: 'NLL ||| tokens' per line, then the "
+        "token-level scores and the alignment with score.with_token_level / with_alignments)")
 logger = logging.getLogger("opennmt_lite")
 
 
@@ -36,10 +37,15 @@ def run(args, config):
                         "must align line by line")
     model, assets, prefix = build.inference_model(config, args.checkpoint)
     data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets)
-    scores = score_pairs(model, data)
+    options = config.score
+    details = bool(options.with_token_level or options.with_alignments)
+    scores, token_scores, alignments = (score_pairs(model, data, details=True) if details
+                                        else (score_pairs(model, data), None, None))
     tokens = assets.target_tokenizer.tokenize_batch(targets)
+    lines = format_lines(scores, tokens, token_scores if options.with_token_level else None,
+                         alignments, options.with_alignments)
     with writing(f"--output_file {args.output_file}" if args.output_file else "standard output"):
-        write_lines(format_lines(scores, tokens), args.output_file)
+        write_lines(lines, args.output_file)
     if args.output_file:
         logger.info("wrote %d scores (checkpoint %s) to %s", len(scores), prefix, args.output_file)
     return scores

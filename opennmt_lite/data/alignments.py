@@ -26,18 +26,11 @@ import re
 
 import numpy as np
 
-from opennmt_lite.data.text import DataError, as_file_list, read_lines
+from opennmt_lite.data.text import DataError, as_file_list, count_lines, read_lines
 
 # One Pharaoh pair; indices of at most 9 digits (anything longer is past any sentence).
 _PAIR = re.compile(r"\d{1,9}-\d{1,9}")
 _LINE = re.compile(r"(?:\d{1,9}-\d{1,9}(?:\s+\d{1,9}-\d{1,9})*)?")
-
-
-def count_lines(path):
-    """The number of lines `read_lines` gives for a file, without decoding it."""
-    with open(path, "rb") as stream:
-        data = stream.read()
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def _parse(lines, path, first_line):

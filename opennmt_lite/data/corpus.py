@@ -152,13 +152,15 @@ class ParallelCorpus:
     `source`: RaggedIds of source ids; `target`: RaggedIds of target ids *without* `<s>`/`</s>`;
     `line_index`: 0-based line number of each example in the (concatenated) files; `stats`.
     `source_lengths` / `target_lengths` are the model's lengths (target: pieces + 1).
+    `weights`: float32 loss weight of each example (`data.example_weights`), or None.
     """
 
-    def __init__(self, source, target, line_index, stats):
+    def __init__(self, source, target, line_index, stats, weights=None):
         self.source = source
         self.target = target
         self.line_index = np.asarray(line_index, dtype=np.int64)
         self.stats = stats
+        self.weights = weights
         self.source_lengths = source.lengths
         self.target_lengths = target.lengths + 1
 

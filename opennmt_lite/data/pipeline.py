@@ -10,8 +10,10 @@ Training/evaluation elements are dicts of int32 tensors (padding id 0):
   target_ids_out [B, Tt] (ids + `</s>`), target_length [B] (pieces + 1)
 
 (evaluation adds `index` [B] int64, the 0-based line of each example; training with
-`data.train_alignments` adds `alignment` [B, Tt, Ts] float32, the gold alignment matrices, row t
-for target word t; see alignments.py). Inference elements:
+contrastive learning adds the negative targets, noisy_target_ids_in, noisy_target_ids_out and
+noisy_target_length, laid out as the target ones; `data.example_weights` adds
+`example_weight` [B] float32; `data.train_alignments` adds `alignment` [B, Tt, Ts] float32,
+the gold alignment matrices, row t for target word t; see alignments.py). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
 """
@@ -23,18 +25,23 @@ import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.data import batching
-from opennmt_lite.data.corpus import load_monolingual_corpus, load_parallel_corpus
+from opennmt_lite.data.corpus import RaggedIds, load_monolingual_corpus, load_parallel_corpus
 from opennmt_lite.data.vocab import BOS_ID, EOS_ID
 
 logger = logging.getLogger("opennmt_lite")
 
+# (the negatives' random stream, apart from the shuffling's [seed, epoch])
+NEGATIVES_STREAM = 0x6e6567
+
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def batch_signature(with_index=False, with_alignment=False):
+def batch_signature(with_index=False, negatives=False, with_weight=False, with_alignment=False):
     """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
-    serves every shape (`index` [B] int64: the evaluation batches' line numbers; `alignment`
-    [B, Tt, Ts] float32: the training batches' gold alignments, with guided alignment)."""
+    serves every shape (`index` [B] int64: the evaluation batches' line numbers; `negatives`:
+    contrastive learning's noisy targets; `example_weight` [B] float32: the training examples'
+    loss weights; `alignment` [B, Tt, Ts] float32: the training batches' gold alignments, with
+    guided alignment)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -44,9 +51,33 @@ def batch_signature(with_index=False, with_alignment=False):
     }
     if with_index:
         spec["index"] = tf.TensorSpec([None], tf.int64)
+    if negatives:
+        for name in NEGATIVE_KEYS:
+            spec[name] = spec[name[len("noisy_"):]]
+    if with_weight:
+        spec["example_weight"] = tf.TensorSpec([None], tf.float32)
     if with_alignment:
         spec["alignment"] = tf.TensorSpec([None, None, None], tf.float32)
     return spec
+
+
+NEGATIVE_KEYS = ("noisy_target_ids_in", "noisy_target_ids_out", "noisy_target_length")
+
+
+def pad_negatives(corpus, indices, negatives, rng, pad_to_multiple=1):
+    """The NEGATIVE_KEYS of a batch: `negatives(ids, rng)` of each target of `indices`, padded
+    as the targets are (`<s>` + ids, ids + `</s>`, pieces + 1)."""
+    noisy = [np.asarray(negatives(corpus.target[int(i)], rng), np.int32) for i in indices]
+    lengths = np.array([len(ids) for ids in noisy], np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    ragged = RaggedIds(np.concatenate(noisy) if noisy else np.zeros(0, np.int32), offsets)
+    rows = np.arange(len(noisy))
+    time = int(batching.round_up(int(lengths.max(initial=0)) + 1, pad_to_multiple))
+    return {
+        "noisy_target_ids_in": ragged.padded(rows, time, prefix=BOS_ID),
+        "noisy_target_ids_out": ragged.padded(rows, time, suffix=EOS_ID),
+        "noisy_target_length": (lengths + 1).astype(np.int32),
+    }
 
 
 def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
@@ -65,6 +96,8 @@ def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
     }
     if with_index:
         batch["index"] = corpus.line_index[indices]
+    if corpus.weights is not None:
+        batch["example_weight"] = corpus.weights[indices]
     return batch
 
 
@@ -116,9 +149,14 @@ class TrainingInput:
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
+      negatives: contrastive learning's negative targets (a callable (ids, rng) -> ids, e.g.
+        noise.contrastive_negatives), added to each batch (NEGATIVE_KEYS), drawn from the
+        seed and the batch's number in the stream, so a resumed run draws the same.
       alignments: an `alignments.Alignments` of the training files (guided alignment): each
         batch then holds "alignment", its examples' gold matrices; checked against the kept
-        examples' lengths here.
+        examples' lengths here. `example_lines`: the line of each example of `corpus` in the
+        training files taken end to end, which the alignments are read by (default: its
+        line_index).
 
     Same seed, same arguments: the same batches in the same order, every time the dataset is
     iterated. Without shuffling, one pass yields every kept example exactly once (with
@@ -132,7 +170,7 @@ class TrainingInput:
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
                  pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True,
-                 alignments=None):
+                 negatives=None, alignments=None, example_lines=None):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -157,8 +195,10 @@ class TrainingInput:
             )
         self.stats = self.corpus.stats
         self.alignments = alignments
+        # (each example's 0-based line in the training files taken end to end)
+        self.example_lines = self.corpus.line_index if example_lines is None else example_lines
         if alignments is not None:
-            alignments.check_lengths(self.corpus.line_index, self.corpus.source.lengths,
+            alignments.check_lengths(self.example_lines, self.corpus.source.lengths,
                                      self.corpus.target.lengths)
         self.batch_size = int(batch_size)
         self.batch_type = batch_type
@@ -172,6 +212,7 @@ class TrainingInput:
         self.pad_to_multiple = pad_to_multiple
         self.batch_overhead = batch_overhead
         self.accum_steps = int(accum_steps)
+        self.negatives = negatives
         self.dropped_remainder = 0  # examples left out at the end of the last single pass
 
     # -- plans ------------------------------------------------------------------------------
@@ -253,22 +294,28 @@ class TrainingInput:
     def numpy_batches(self, num_epochs=None, skip_batches=0):
         """Padded NumPy batches (dicts; tuples of dicts with accum_steps > 1). `skip_batches`
         counts single batches (accum_steps of them per group); see index_batches."""
-        batches = (self._pad(indices) for indices in self.index_batches(num_epochs, skip_batches))
+        batches = (self._pad(number, indices) for number, indices in
+                   enumerate(self.index_batches(num_epochs, skip_batches), start=skip_batches))
         if self.accum_steps > 1:
             return group_batches(batches, self.accum_steps)
         return batches
 
-    def _pad(self, indices):
+    def _pad(self, number, indices):
         batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
+        if self.negatives is not None:
+            rng = np.random.default_rng([self.seed, NEGATIVES_STREAM, number])
+            batch.update(pad_negatives(self.corpus, indices, self.negatives, rng, self.pad_to_multiple))
         if self.alignments is not None:
             batch["alignment"] = self.alignments.matrices(
-                self.corpus.line_index[indices], batch["target_ids_in"].shape[1],
+                self.example_lines[indices], batch["target_ids_in"].shape[1],
                 batch["source_ids"].shape[1])
         return batch
 
     @property
     def element_spec(self):
-        return (batch_signature(with_alignment=self.alignments is not None),) * self.accum_steps
+        return (batch_signature(negatives=self.negatives is not None,
+                                with_weight=self.corpus.weights is not None,
+                                with_alignment=self.alignments is not None),) * self.accum_steps
 
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of

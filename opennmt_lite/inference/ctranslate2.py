@@ -126,6 +126,7 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
         import ctranslate2
 
         ctranslate2.set_random_seed(options.seed)
+    noiser, noise_draws = options.noiser(), np.random.default_rng(options.seed)
     results = [None] * len(data.corpus)
     batches = data.batches
     if progress:
@@ -135,6 +136,8 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
         outputs = translator.translate_batch(sources, max_batch_size=0, **arguments)
         for index, source, output in zip(indices, sources, outputs):
             hypotheses = [_known(tokens, unk_token) for tokens in output.hypotheses]
+            # (decoding noise: applied to the tokens as inference.translate does)
+            noisy = [noiser(tokens, noise_draws) for tokens in hypotheses] if noiser else hypotheses
             scores = output.scores
             if arguments["length_penalty"] != 0 or arguments["coverage_penalty"] != 0:
                 # CTranslate2 then returns penalized scores: rescore for the plain log-probability.
@@ -144,7 +147,7 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
             results[int(index)] = [
                 (assets.target_tokenizer.detokenize(tokens), float(score))
                 + ((np.asarray(vectors, np.float32).reshape(len(vectors), -1),) if alignments else ())
-                for tokens, score, vectors in zip(hypotheses, scores, attention)]
+                for tokens, score, vectors in zip(noisy, scores, attention)]
     return results
 
 

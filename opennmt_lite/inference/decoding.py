@@ -79,6 +79,8 @@ import typing
 import numpy as np
 import tensorflow as tf
 
+from opennmt_lite.data.noise import WordNoiser
+
 PAD_ID = 0
 START_ID = 1
 END_ID = 2
@@ -104,7 +106,8 @@ class DecodingOptions:
     steps (`</s>` included), minimum_decoding_length forbids `</s>` before that many steps;
     coverage_penalty (beam search only) re-ranks finished hypotheses by their source coverage;
     sampling_topk != 1 draws the next tokens at random from the sampling_topk best (0: from
-    all) at sampling_temperature, seeded by `seed`.
+    all) at sampling_temperature, seeded by `seed`; decoding_noise drops, replaces or moves
+    words of the translations (`noiser`).
     """
 
     beam_width: int = 1
@@ -118,6 +121,12 @@ class DecodingOptions:
     seed: int = 0
     # Applied to the decoded tokens (inference/translate.py), from the decoder's alignment:
     replace_unknown_target: bool = False
+    # Applied to the decoded tokens after that (inference/translate.py; not in the SavedModel):
+    # ((module name, (arguments...)), ...) of opennmt_lite.data.noise, drawn with `seed`, over
+    # the words that decoding_subword_token cuts.
+    decoding_noise: tuple = ()
+    decoding_subword_token: str = "￭"
+    decoding_subword_token_is_spacer: typing.Optional[bool] = None
 
     def __post_init__(self):
         beam_width, n_best = self.beam_width, self.n_best
@@ -135,6 +144,14 @@ class DecodingOptions:
             value = getattr(self, name)
             if int(value) != value or value < 0:
                 raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
+        self.noiser()  # (an unknown module or bad arguments fail here, not mid-file)
+
+    def noiser(self):
+        """The `WordNoiser` of decoding_noise, or None without it."""
+        if not self.decoding_noise:
+            return None
+        return WordNoiser.from_config(self.decoding_noise, self.decoding_subword_token,
+                                      self.decoding_subword_token_is_spacer)
 
 
 def translate(model, source_ids, source_length, options=DecodingOptions(), return_attention=False,

@@ -5,40 +5,71 @@ tokens (the configured target tokenizer, `</s>` appended) and the line's score i
 log-likelihood: the sum over the target tokens and `</s>` of the cross-entropy of the logits
 (no label smoothing), in float32. The output has one line per pair, in file order:
 `NLL ||| tokens`, NLL with 6 decimals (`%f`), tokens the target tokens joined by spaces (not
-detokenized), exactly OpenNMT-tf's format.
+detokenized), exactly OpenNMT-tf's format. Then, as OpenNMT-tf's `format_translation_output`:
+- `score.with_token_level`: ` ||| ` and the cross-entropy of each target token (`%f`, `</s>`'s
+  left out, though the NLL counts it);
+- `score.with_alignments` (`hard` or `soft`): ` ||| ` and the decoder's alignment (first head of
+  the last layer's source attention) of each target token, `</s>`'s row left out: row i is the
+  attention that predicted token i; `hard`, `SOURCE-TARGET` pairs of the most attended source
+  position; `soft`, each row's vector over the batch's padded source positions (`%.6f`, rows
+  separated by ` ; `), so its width depends on the batch, as OpenNMT-tf's does.
 """
 
 import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.data import batch_signature
+from opennmt_lite.inference.translate import format_alignment
 
 
-def score_function(model):
-    """A traced function: batch -> per-example negative log-likelihood [B] (float32)."""
+def score_function(model, details=False):
+    """A traced function: batch -> per-example negative log-likelihood [B] (float32); with
+    `details`, (NLL [B], token cross-entropies [B, T], alignment [B, T, S]), float32."""
 
     def nll(batch):
-        logits, _ = model(batch, training=False)
+        logits, attention = model(batch, training=False)
         cross_entropy = tf.nn.sparse_softmax_cross_entropy_with_logits(
             tf.cast(batch["target_ids_out"], tf.int64), tf.cast(logits, tf.float32))
         mask = tf.sequence_mask(batch["target_length"], tf.shape(cross_entropy)[1], tf.float32)
-        return tf.reduce_sum(cross_entropy * mask, axis=1)
+        scores = tf.reduce_sum(cross_entropy * mask, axis=1)
+        if not details:
+            return scores
+        return scores, cross_entropy, tf.cast(attention, tf.float32)
 
     return tf.function(nll, input_signature=[batch_signature()])
 
 
-def score_pairs(model, evaluation_input):
+def score_pairs(model, evaluation_input, details=False):
     """Negative log-likelihood of every pair of a built `EvaluationInput`, in file order
-    (a float64 array of the float32 sums)."""
-    compute = score_function(model)
-    scores = np.zeros(len(evaluation_input.corpus.line_index), dtype=np.float64)
+    (a float64 array of the float32 sums). With `details`, (scores, token_scores, alignments):
+    per pair its target tokens' cross-entropies [tokens] and alignment [tokens, batch source
+    width], `</s>` left out."""
+    compute = score_function(model, details)
+    count = len(evaluation_input.corpus.line_index)
+    scores = np.zeros(count, dtype=np.float64)
+    token_scores, alignments = [None] * count, [None] * count
     for batch in evaluation_input.numpy_batches():
-        values = compute({key: batch[key] for key in batch_signature()}).numpy()
+        values = compute({key: batch[key] for key in batch_signature()})
+        if not details:
+            scores[batch["index"]] = values.numpy()
+            continue
+        values, cross_entropy, attention = (value.numpy() for value in values)
         scores[batch["index"]] = values
-    return scores
+        for row, index in enumerate(batch["index"]):
+            tokens = int(batch["target_length"][row]) - 1  # without </s>
+            token_scores[index] = cross_entropy[row, :tokens]
+            alignments[index] = attention[row, :tokens]
+    if not details:
+        return scores
+    return scores, token_scores, alignments
 
 
-def format_lines(scores, target_tokens):
-    """OpenNMT-tf's score lines: `%f ||| tokens`."""
-    for score, tokens in zip(scores, target_tokens):
-        yield "%f ||| %s" % (score, " ".join(tokens))
+def format_lines(scores, target_tokens, token_scores=None, alignments=None, alignment_type=None):
+    """OpenNMT-tf's score lines: `%f ||| tokens[ ||| token scores][ ||| alignment]`."""
+    for i, (score, tokens) in enumerate(zip(scores, target_tokens)):
+        line = "%f ||| %s" % (score, " ".join(tokens))
+        if token_scores is not None:
+            line += " ||| " + " ".join("%f" % value for value in token_scores[i])
+        if alignment_type:
+            line += " ||| " + format_alignment(alignments[i], alignment_type)
+        yield line

@@ -9,6 +9,8 @@ of each target token (the attention of the decoder's alignment head, as OpenNMT-
 `soft`, each target position's attention vector over the batch's source positions (`%.6f`
 values, target positions separated by ` ; `). Unknown target ids are written `<unk>`, or with
 `params.replace_unknown_target` replaced by the most attended source token (OpenNMT-tf's rule).
+With `params.decoding_noise`, words of each hypothesis are then dropped, replaced or moved
+(opennmt_lite.data.noise, seeded by the options' seed); its score stays the one decoded.
 """
 
 import logging
@@ -40,6 +42,7 @@ def translate_file(model, assets, inference_input, options, progress=True, align
     replace_unknown = options.replace_unknown_target
     decode = translation_function(model, options, return_attention=bool(alignments or replace_unknown))
     vocabulary = assets.target_vocabulary
+    noiser, noise_draws = options.noiser(), np.random.default_rng(options.seed)
     results = [None] * len(data.corpus)
     batches = data.numpy_batches()
     if progress:
@@ -61,6 +64,8 @@ def translate_file(model, assets, inference_input, options, progress=True, align
                         tokens = replace_unknown_tokens(
                             tokens, hypothesis == vocabulary.oov_id, data.corpus.tokens[int(index)],
                             alignment)
+                    if noiser:
+                        tokens = noiser(tokens, noise_draws)
                     text = assets.target_tokenizer.detokenize(tokens)
                     hypotheses.append((text, float(scores[row, k]))
                                       + ((alignment,) if alignments else ()))

@@ -1,4 +1,5 @@
-"""Token-level cross-entropy with label smoothing, as OpenNMT-tf computes it."""
+"""Token-level cross-entropy with label smoothing, and the max-margin loss of contrastive
+learning, as OpenNMT-tf computes them."""
 
 import tensorflow as tf
 
@@ -25,18 +26,30 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     return tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)
 
 
-def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing=0.0, training=False):
+def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing=0.0, training=False,
+                                example_weight=None):
     """Summed cross-entropy over the real target tokens, and their count.
 
     logits [batch, time, vocab] (any float dtype; computed in float32), labels [batch, time],
     sequence_length [batch] -> (loss_sum [], num_tokens []), both float32. Label smoothing applies
-    in training only, as in OpenNMT-tf.
+    in training only, as in OpenNMT-tf. `example_weight` [batch] (`data.example_weights`) scales
+    each example's token losses and token count, as OpenNMT-tf's `sequence_weight` does.
     """
     logits = tf.cast(logits, tf.float32)
     smoothing = label_smoothing if training else 0.0
     token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
     weights = tf.sequence_mask(sequence_length, maxlen=tf.shape(labels)[1], dtype=tf.float32)
+    if example_weight is not None:
+        weights *= tf.expand_dims(tf.cast(example_weight, tf.float32), 1)
     return tf.reduce_sum(token_loss * weights), tf.reduce_sum(weights)
+
+
+def max_margin_loss(true_sum, true_tokens, negative_sum, negative_tokens, eta=0.1):
+    """OpenNMT-tf's `max_margin_loss` (Yang et al., 2019) of one batch, from the summed
+    cross-entropies (no label smoothing) and token counts of the true targets and of their
+    negatives (all [] float32): max(true_sum / true_tokens - negative_sum / negative_tokens + eta,
+    0), a scalar for the whole batch (the token-averaged NLLs of the batch, not per example)."""
+    return tf.maximum(true_sum / true_tokens - negative_sum / negative_tokens + eta, 0.0)
 
 
 GUIDED_ALIGNMENT_TYPES = ("ce", "mse")

@@ -20,10 +20,17 @@ inter-op threads run them side by side. On a CPU with few cores, n single-thread
 the cores busier than one pass whose small ops are each split over all cores (see
 `configure_threads`). The gradient is the same sum over the same tokens.
 
-With guided alignment (`GuidedAlignment`), each batch's summed loss also holds OpenNMT-tf's
+With contrastive learning (`max_margin_eta` set; OpenNMT-tf's `params.contrastive_learning`),
+the training loss of a batch is instead OpenNMT-tf's max-margin loss, a scalar per batch (its
+sub-batches' sums added before the division), and its normalizer 1: the update is the mean of
+the accumulated batches' gradients, as OpenNMT-tf divides by accum_steps * replicas when the
+loss returns no sample size. Evaluation keeps the cross-entropy, as in OpenNMT-tf.
+
+Otherwise, with guided alignment (`GuidedAlignment`), each batch's summed loss also holds OpenNMT-tf's
 guided-alignment cost of that batch (already divided by its target words, times the weight);
 it is then normalised with the cross-entropy, as OpenNMT-tf adds it to its cumulated loss.
 Sub-batches scale their slice's cost by the whole batch's totals, so the sum is unchanged.
+Example weights do not weigh it, and contrastive learning's loss replaces it, as in OpenNMT-tf.
 """
 
 import dataclasses
@@ -35,7 +42,7 @@ import tensorflow as tf
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
 from opennmt_lite.training.losses import (
-    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum)
+    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum, max_margin_loss)
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -51,19 +58,40 @@ class GuidedAlignment:
 
 def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
                  guided_alignment=None, guided_scale=None):
-    """-> (summed loss, normalizer) of one batch. With `guided_alignment`, the summed loss
-    includes the guided-alignment cost times `guided_scale` (`guided_alignment_scale` of the
-    whole batch this one may be a slice of)."""
+    """-> (summed loss, normalizer) of one batch. With example weights (`example_weight` [B]),
+    OpenNMT-tf's: each example's token losses are scaled by its weight, and the normalizer is the
+    weighted token count (`average_loss_in_time`) or the sum of the weights. With
+    `guided_alignment`, the summed loss includes the guided-alignment cost times `guided_scale`
+    (`guided_alignment_scale` of the whole batch this one may be a slice of; not weighted)."""
     logits, attention = model(batch, training=training)
+    weight = batch.get("example_weight")
     loss, tokens = cross_entropy_sequence_loss(
         logits, batch["target_ids_out"], batch["target_length"],
-        label_smoothing=label_smoothing, training=training,
+        label_smoothing=label_smoothing, training=training, example_weight=weight,
     )
     if guided_alignment is not None:
         loss += guided_scale * guided_alignment_sum(
             attention, batch["alignment"], batch["target_length"] - 1, guided_alignment.type)
-    normalizer = tokens if average_loss_in_time else tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
+    if average_loss_in_time:
+        normalizer = tokens
+    elif weight is not None:
+        normalizer = tf.reduce_sum(weight)
+    else:
+        normalizer = tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
     return loss, normalizer
+
+
+def contrastive_sums(model, batch, training):
+    """-> (true NLL sum, true tokens, negative NLL sum, negative tokens) of one batch: one encoder
+    pass, the decoder run on the targets and on their negatives (noisy_target_*)."""
+    memory = model.encode(batch["source_ids"], batch["source_length"], training=training)
+    sums = []
+    for prefix in ("", "noisy_"):
+        logits, _ = model.decode(batch[prefix + "target_ids_in"], batch[prefix + "target_length"],
+                                 memory, batch["source_length"], training=training)
+        sums.extend(cross_entropy_sequence_loss(
+            logits, batch[prefix + "target_ids_out"], batch[prefix + "target_length"]))
+    return tuple(sums)
 
 
 def split_batch(batch, parts):
@@ -83,16 +111,21 @@ def split_batch(batch, parts):
         part["target_ids_out"] = part["target_ids_out"][:, :target_time]
         if "alignment" in part:
             part["alignment"] = part["alignment"][:, :target_time, :source_time]
+        if "noisy_target_length" in part:
+            noisy_time = tf.maximum(tf.reduce_max(part["noisy_target_length"]), 0)
+            for name in ("noisy_target_ids_in", "noisy_target_ids_out"):
+                part[name] = part[name][:, :noisy_time]
         slices.append(part)
     return slices
 
 
 def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1,
-                    guided_alignment=None):
+                    max_margin_eta=None, guided_alignment=None):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
     Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
     slices of the batch (split_batch), computed independently (see the module docstring).
-    `guided_alignment`: a `GuidedAlignment`, whose cost joins the loss (OpenNMT-tf's)."""
+    `max_margin_eta`: contrastive learning's loss instead (normalizer 1). `guided_alignment`: a
+    `GuidedAlignment`, whose cost joins the cross-entropy (OpenNMT-tf's)."""
     scaled = inner_optimizer(optimizer) is not optimizer
     guided_scale = None
     if guided_alignment is not None:
@@ -101,11 +134,16 @@ def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_ti
             guided_alignment.weight)
     with tf.GradientTape() as tape:
         parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
-        losses, normalizers = zip(*(
-            compute_loss(model, part, label_smoothing, average_loss_in_time, training=True,
-                         guided_alignment=guided_alignment, guided_scale=guided_scale)
-            for part in parts))
-        loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
+        if max_margin_eta is not None:
+            sums = zip(*(contrastive_sums(model, part, training=True) for part in parts))
+            loss = max_margin_loss(*(tf.add_n(list(terms)) for terms in sums), eta=max_margin_eta)
+            normalizer = tf.constant(1.0)
+        else:
+            losses, normalizers = zip(*(
+                compute_loss(model, part, label_smoothing, average_loss_in_time, training=True,
+                             guided_alignment=guided_alignment, guided_scale=guided_scale)
+                for part in parts))
+            loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
         objective = optimizer.scale_loss(loss) if scaled else loss
     return tape.gradient(objective, model.trainable_variables), loss, normalizer
 
@@ -159,8 +197,10 @@ class TrainStep:
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
-                 guided_alignment=None):
+                 max_margin_eta=None, example_weights=False, guided_alignment=None):
         self.model = model
+        # (None: the cross-entropy; else contrastive learning's max-margin loss, see above)
+        self.max_margin_eta = max_margin_eta
         self.guided_alignment = guided_alignment
         self.sub_batches = sub_batches
         self.optimizer = optimizer
@@ -180,15 +220,18 @@ class TrainStep:
             self.normalizer = tf.Variable(0.0, **local)
         # XLA compiles the single-device functions; cross-device collectives stay outside it.
         jit = (jit_compile and not self.distributed) or None
-        spec = batch_signature(with_alignment=guided_alignment is not None)
-        signature = (tuple(spec for _ in range(self.replicas)),)
+        negatives = max_margin_eta is not None
+        # (`example_weights`: the batches carry `example_weight`, data.example_weights)
+        signature = (tuple(batch_signature(negatives=negatives, with_weight=example_weights,
+                                           with_alignment=guided_alignment is not None)
+                           for _ in range(self.replicas)),)
         self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
         self._apply = tf.function(self._apply_fn, jit_compile=jit)
 
     def _replica_accumulate(self, batch):
         grads, loss, normalizer = batch_gradients(
             self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
-            self.sub_batches, self.guided_alignment)
+            self.sub_batches, self.max_margin_eta, self.guided_alignment)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
