@@ -253,6 +253,30 @@ def test_batches_carry_each_example_s_own_alignment(tmp_path, scheme):
             np.testing.assert_array_equal(a["alignment"], b["alignment"])
 
 
+def test_weighted_files_carry_each_example_s_own_alignment(tmp_path):
+    """Two training files drawn with train_files_weights, one alignment file each: every gold
+    link of every batch joins sK to tK, every target word has its one link."""
+    from opennmt_lite.data.vocab import Vocabulary
+    from opennmt_lite.data.weighted import WeightedTrainingInput
+
+    vocabulary = Vocabulary.from_file(permutation_task(tmp_path, 300, seed=4))
+    tokens = np.array(vocabulary.tokens + ["<unk>"])
+    parts = {}
+    for name in ("src", "tgt", "align"):
+        lines = (tmp_path / f"train.{name}").read_text().splitlines()
+        parts[name] = [write(tmp_path / f"a.{name}", lines[:120]), write(tmp_path / f"b.{name}", lines[120:])]
+    data = WeightedTrainingInput(
+        parts["src"], parts["tgt"], [1, 3], source_vocabulary=vocabulary,
+        target_vocabulary=vocabulary, batch_size=64, batch_type="tokens", seed=9,
+        alignments=read_alignments(parts["align"], parts["src"]))
+    for _, batch in zip(range(20), data.numpy_batches()):
+        b, j, i = np.nonzero(batch["alignment"])
+        assert all(t == "t" + s[1:] for s, t in zip(tokens[batch["source_ids"][b, i]],
+                                                    tokens[batch["target_ids_out"][b, j]]))
+        links = batch["alignment"].sum(axis=-1)
+        assert (links == (np.arange(links.shape[1]) < batch["target_length"][:, None] - 1)).all()
+
+
 # -- guided alignment teaches the alignment ----------------------------------------------------
 
 
