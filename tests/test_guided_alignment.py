@@ -275,6 +275,25 @@ def test_weighted_files_carry_each_example_s_own_alignment(tmp_path):
                                                     tokens[batch["target_ids_out"][b, j]]))
         links = batch["alignment"].sum(axis=-1)
         assert (links == (np.arange(links.shape[1]) < batch["target_length"][:, None] - 1)).all()
+def test_train_with_a_bad_alignment_line_exits_2_naming_it(tmp_path, capsys):
+    vocab = permutation_task(tmp_path, 20, seed=1)
+    lines = (tmp_path / "train.align").read_text().splitlines()
+    lines[6] += " 3:4"
+    write(tmp_path / "train.align", lines)
+    config = tmp_path / "config.yml"
+    config.write_text(json.dumps({
+        "model_dir": str(tmp_path / "run"),
+        "data": {"train_features_file": str(tmp_path / "train.src"),
+                 "train_labels_file": str(tmp_path / "train.tgt"),
+                 "train_alignments": str(tmp_path / "train.align"),
+                 "source_vocabulary": vocab, "target_vocabulary": vocab},
+        "model": {"num_layers": 1, "num_units": 8, "num_heads": 2, "ffn_inner_dim": 8},
+        "params": {"guided_alignment_type": "ce"}, "train": {"batch_size": 64, "max_step": 1}}))
+    assert run.main(["train", "--config", str(config)]) == 2
+    error = capsys.readouterr().err.strip().splitlines()
+    assert len(error) == 1, error
+    assert f"alignment file {tmp_path / 'train.align'}, line 7: '3:4' is not an `i-j` pair" in error[0]
+    assert not (tmp_path / "run" / "checkpoints").exists()
 
 
 # -- guided alignment teaches the alignment ----------------------------------------------------
