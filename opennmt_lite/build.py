@@ -17,6 +17,7 @@ import logging
 import os
 
 import keras
+import numpy as np
 
 from opennmt_lite import cpu
 from opennmt_lite.checkpointing import formats
@@ -24,6 +25,7 @@ from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint a
 from opennmt_lite.config import ConfigError
 from opennmt_lite.data import EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
+from opennmt_lite.data.embeddings import load_pretrained_embeddings
 from opennmt_lite.data.tokenizers import make_tokenizer
 from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.layers import fast_paths
@@ -102,6 +104,47 @@ def model(model_config, assets):
     return transformer
 
 
+def _pretrained_tables(transformer, data):
+    """[(config key, `Embedding` section, WordEmbedder, its Vocabulary side)] of the tables that
+    take pretrained vectors. With shared input tables the one table is the source's, as in
+    OpenNMT-tf (which never reads data.target_embedding then)."""
+    tables = [("data.source_embedding", data.source_embedding, transformer.source_inputter, "source")]
+    if not transformer.hyperparameters.shares_input_embeddings:
+        tables.append(("data.target_embedding", data.target_embedding, transformer.target_inputter,
+                       "target"))
+    return [table for table in tables if table[1] is not None]
+
+
+def freeze_embeddings(transformer, data):
+    """Marks the tables of `trainable: false` embedding sections non-trainable, before the
+    optimizer is built (it then keeps no slots for them), as OpenNMT-tf creates them. A table
+    that is also the output projection (share_embeddings: target or all) is frozen with it."""
+    for _, settings, inputter, _ in _pretrained_tables(transformer, data):
+        if not settings.trainable:
+            inputter.embedding.trainable = False
+
+
+def load_embeddings(transformer, data, assets, seed):
+    """Fills the embedding tables from the pretrained vector files (training from scratch only:
+    a restored checkpoint holds the tables, as in OpenNMT-tf where the checkpoint overwrites
+    them). Rows of words absent from a file are drawn from N(0, 1), seeded by `seed`."""
+    if (data.target_embedding is not None and transformer.hyperparameters.shares_input_embeddings
+            and data.target_embedding != data.source_embedding):
+        logger.warning("data.target_embedding is not read: with model.share_embeddings: %s the "
+                       "source and target share one table, which takes data.source_embedding "
+                       "(as in OpenNMT-tf)", transformer.hyperparameters.share_embeddings)
+    for number, (key, settings, inputter, side) in enumerate(_pretrained_tables(transformer, data)):
+        vocabulary = getattr(assets, f"{side}_vocabulary")
+        table, found = load_pretrained_embeddings(
+            settings.path, vocabulary, inputter.embedding_size, with_header=settings.with_header,
+            case_insensitive=settings.case_insensitive, rng=np.random.default_rng([seed, number]),
+            key=key)
+        inputter.embedding.assign(table)
+        logger.info("%s: %d of the %d rows of the %s embeddings from %s (the others drawn from "
+                    "N(0, 1), as in OpenNMT-tf)%s", key, found, len(table), side, settings.path,
+                    "" if settings.trainable else "; frozen (trainable: false)")
+
+
 def learning_rate(params):
     """The learning rate of the `params` section: a float, or OpenNMT-tf's wrapped schedule."""
     if params.decay_type is None:
@@ -175,7 +218,7 @@ def training_inputs(data, train, assets, strategy, negatives=None):
             maximum_features_length=train.maximum_features_length,
             maximum_labels_length=train.maximum_labels_length,
             shuffle=True, seed=train.seed, repeat=not train.single_pass,
-            pad_to_multiple=train.pad_to_multiple,
+            pad_to_multiple=train.pad_to_multiple, pad_to_bucket_boundary=train.pad_to_bucket_boundary,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
             num_shards=num_shards, shard_index=shard_index, negatives=negatives,
             alignments=alignments,
@@ -261,6 +304,10 @@ def warn_surprises(train, num_replicas=1):
             "uses one batch per replica, %d %s in all, more than asked", train.effective_batch_size,
             train.batch_size, f" x {num_replicas} replicas" if num_replicas > 1 else "", per_step,
             train.batch_type)
+    if train.pad_to_bucket_boundary and not train.length_bucket_width:
+        logger.warning("train.pad_to_bucket_boundary has no effect without train.length_bucket_width "
+                       "(no length buckets; as in OpenNMT-tf, batches are padded to their longest "
+                       "sequence)")
     if train.dtype_policy == "mixed_bfloat16":
         features = cpu.cpu_features()
         if not features.native_bfloat16 and not cpu.gpu_present():
@@ -294,6 +341,7 @@ def trainer(config, with_evaluation=None):
     built_assets = assets(config.data)
     with strategy.scope() if strategy else contextlib.nullcontext():
         transformer = model(config.model, built_assets)
+        freeze_embeddings(transformer, config.data)
         built_optimizer = optimizer(config.params, train.dtype_policy)
         built_optimizer.build(transformer.trainable_variables)
     inputs = training_inputs(config.data, train, built_assets, strategy,
@@ -308,7 +356,8 @@ def trainer(config, with_evaluation=None):
         guided_alignment=guided_alignment(config.params),
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy)
-    result.restore()  # (before the evaluator, which starts from the step restored)
+    if result.restore() is None:  # (before the evaluator, which starts from the step restored)
+        load_embeddings(transformer, config.data, built_assets, train.seed)
     if config.with_evaluation if with_evaluation is None else with_evaluation:
         if result.chief:
             result.evaluator = evaluator(config, transformer, built_assets, result.step)
@@ -321,6 +370,7 @@ def training_checkpoint(config, save_dir=None):
     them, saving to `save_dir`, not restored: for checkpoint averaging and vocabulary updates."""
     policy = set_precision(config.train.dtype_policy)
     transformer = model(config.model, assets(config.data))
+    freeze_embeddings(transformer, config.data)  # (the optimizer state of the run's checkpoints)
     built_optimizer = optimizer(config.params, policy)
     built_optimizer.build(transformer.trainable_variables)
     return new_training_checkpoint(transformer, built_optimizer, save_dir=save_dir)

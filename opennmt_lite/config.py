@@ -16,6 +16,7 @@ and the messages stay ours, naming the file and the key path the way OpenNMT-tf 
 import copy
 import dataclasses
 import difflib
+import logging
 import math
 import os
 import types
@@ -26,6 +27,8 @@ import yaml
 from opennmt_lite.errors import UserError
 from opennmt_lite.hyperparameters import (
     ARCHITECTURE, FFN_ACTIVATIONS, POSITION_ENCODINGS, PRESETS, SHARE_EMBEDDINGS, ModelHyperparameters)
+
+logger = logging.getLogger("opennmt_lite")
 
 
 class ConfigError(UserError, ValueError):
@@ -101,6 +104,19 @@ class Tokenization:
 
 
 @dataclasses.dataclass(frozen=True)
+class Embedding:
+    """A `data.*_embedding` section: OpenNMT-tf's pretrained word vectors (a text file, one
+    `word v1 ... vN` per line, after a `count N` header line unless `with_header: false`), read
+    into the embedding table when training starts from scratch (opennmt_lite/data/embeddings.py).
+    `trainable: false` keeps the table at the file's values."""
+
+    path: str = key("path", nullable=False)
+    with_header: bool = key("bool", True, nullable=False)
+    case_insensitive: bool = key("bool", True, nullable=False)
+    trainable: bool = key("bool", True, nullable=False)
+
+
+@dataclasses.dataclass(frozen=True)
 class DataConfig:
     # A path, or a list of paths (tuples once loaded): several training files, concatenated, or
     # sampled with `train_files_weights` (see opennmt_lite/data/weighted.py).
@@ -117,6 +133,9 @@ class DataConfig:
     target_vocabulary: str = key("path")
     source_tokenization: Tokenization = section(Tokenization, optional=True)
     target_tokenization: Tokenization = section(Tokenization, optional=True)
+    source_embedding: Embedding = section(Embedding, optional=True)
+    target_embedding: Embedding = section(Embedding, optional=True)
+    export_vocabulary_assets: bool = key("bool")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,6 +238,8 @@ class TrainConfig:
     length_bucket_width: int = key("int", 2, minimum=0)
     batching: str = key("str", "sorted", choices=("sorted", "opennmt"))
     pad_to_multiple: int = key("int", 1, minimum=1)
+    # OpenNMT-tf's: both sides of a batch padded to the length bucket's upper bound.
+    pad_to_bucket_boundary: bool = key("bool", False, nullable=False)
     maximum_features_length: int = key("int", minimum=1)
     maximum_labels_length: int = key("int", minimum=1)
     sample_buffer_size: int = key("int", 500000)
@@ -235,6 +256,10 @@ class TrainConfig:
     seed: int = key("int", 1234)
     num_devices: int = key("int", 1, minimum=1)
     single_pass: bool = key("bool", False)
+    # Accepted, without effect (INEFFECTIVE_ONMT_KEYS):
+    prefetch_buffer_size: int = key("int")
+    num_threads: int = key("int")
+    batch_autotune_mode: bool = key("bool")
 
     @property
     def dtype_policy(self):
@@ -272,8 +297,11 @@ class EvalConfig:
     batch_type: str = key("str", "examples", choices=("examples", "tokens"))
     length_bucket_width: int = key("int", minimum=0)
     scorers: tuple = key("list", [], nullable=False)
+    # OpenNMT-tf's older name of `scorers` (moved there by _finalize_scorers).
+    external_evaluators: tuple = key("list")
     early_stopping: EarlyStopping = section(EarlyStopping, optional=True)
     save_eval_predictions: bool = key("bool", False)
+    prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,6 +316,7 @@ class InferConfig:
     # first maximum_features_length tokens, with a warning naming it, rather than exhausting the
     # memory (self-attention grows with the square of the length). null: no limit.
     maximum_features_length: int = key("int", 1024, minimum=1)
+    prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,6 +328,7 @@ class ScoreConfig:
     # the decoder's alignment of each token.
     with_token_level: bool = key("bool", False)
     with_alignments: str = key("str", None, choices=("hard", "soft"))
+    prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,28 +482,46 @@ def _check(value, leaf, where):
 # OpenNMT-tf 2.32 keys opennmt-lite does not support: refused with the reason (an unknown key
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
-    "data.source_embedding": "pretrained embeddings are not implemented",
-    "data.target_embedding": "pretrained embeddings are not implemented",
     "data.sequence_controls": "sequence controls are not implemented (<s> and </s> are fixed)",
     "data.source_sequence_controls": "sequence controls are not implemented",
     "data.target_sequence_controls": "sequence controls are not implemented",
-    "data.export_vocabulary_assets": "the SavedModel export always embeds its vocabularies",
     "params.clip_gradients": "use params.optimizer_params.global_clipnorm",
     "params.regularization": "weight regularization is not implemented",
     "params.tflite_output_size": "TensorFlow Lite export is not implemented",
     "train.moving_average_decay": "weight moving averages are not implemented",
-    "train.pad_to_bucket_boundary": "use train.pad_to_multiple",
-    "train.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "train.num_threads": "tokenization runs in batches (no per-example threads)",
-    "train.batch_autotune_mode": "batch size autotuning is not implemented",
-    "eval.external_evaluators": "write eval.scorers (bleu, chrf)",
     "eval.export_on_best": "exporting during training is not implemented (run.py export)",
     "eval.export_format": "exporting during training is not implemented (run.py export)",
     "eval.max_exports_to_keep": "exporting during training is not implemented",
-    "eval.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "infer.prefetch_buffer_size": "the input pipeline prefetches automatically",
-    "score.prefetch_buffer_size": "the input pipeline prefetches automatically",
 }
+
+
+# OpenNMT-tf 2.32 keys that only tune its own tf.data input pipeline or SavedModel layout:
+# accepted, each with one warning line at load (`ineffective_keys`) saying why it does nothing.
+PREFETCH = "it sizes OpenNMT-tf's tf.data prefetch buffer; "
+INEFFECTIVE_ONMT_KEYS = {
+    "data.export_vocabulary_assets": (
+        "the SavedModel export always holds its vocabularies as asset files (OpenNMT-tf's default, "
+        "true) and copies them under assets.extra/; its signatures are the same either way"),
+    "train.prefetch_buffer_size": PREFETCH + "training batches are prefetched automatically",
+    "train.num_threads": ("it sets OpenNMT-tf's per-example tf.data threads; here the data is "
+                          "tokenized once, in batches, before training"),
+    "train.batch_autotune_mode": (
+        "it is OpenNMT-tf's internal mode for searching the largest batch size that fits in "
+        "memory (batch_size: 0), which opennmt-lite does not do"),
+    "eval.prefetch_buffer_size": PREFETCH + "eval batches are prepared as they are used",
+    "infer.prefetch_buffer_size": PREFETCH + "infer batches are prepared as they are used",
+    "score.prefetch_buffer_size": PREFETCH + "score batches are prepared as they are used",
+}
+
+
+def ineffective_keys(config):
+    """[(key, reason)] of the INEFFECTIVE_ONMT_KEYS that `config` sets (to a non-null value)."""
+    found = []
+    for name, reason in INEFFECTIVE_ONMT_KEYS.items():
+        section, field = name.split(".")
+        if getattr(getattr(config, section), field) is not None:
+            found.append((name, reason))
+    return found
 
 
 def _validate(user, schema, prefix, source):
@@ -654,10 +702,7 @@ def _finalize(config, source):
         )
     if train["batch_type"] == "tokens" and not train.get("length_bucket_width"):
         raise ConfigError(f"{source}: train.length_bucket_width must be set with batch_type: tokens")
-    evaluation["scorers"] = scorers = [str(s).lower() for s in evaluation["scorers"]]
-    unknown = [s for s in scorers if s not in SCORERS]
-    if unknown:
-        raise ConfigError(f"{source}: eval.scorers: unknown scorer(s) {unknown}; available: {sorted(SCORERS)}")
+    scorers = _finalize_scorers(evaluation, source)
     stopping = evaluation["early_stopping"]
     if stopping is not None:
         evaluation["early_stopping"] = stopping = merge(_defaults(EarlyStopping), stopping)
@@ -678,6 +723,12 @@ def _finalize(config, source):
     for side in TOKENIZATION_KEYS:
         if data[side] is not None:
             data[side] = _finalize_tokenization(data[side], f"data.{side}", source, model_dir)
+    for side in EMBEDDING_KEYS:
+        if data[side] is not None:
+            data[side] = embedding = merge(_defaults(Embedding), data[side])
+            if not embedding["path"]:
+                raise ConfigError(f"{source}: data.{side}.path must name the embedding file")
+            embedding["path"] = _resolve_path(embedding["path"], model_dir)
     return config
 
 
@@ -717,6 +768,26 @@ def _finalize_training_files(data, train, source):
         raise ConfigError(
             f"{source}: data.example_weights lists {len(_files(example_weights))} file(s) for "
             f"{count} training file(s): give one example weights file per training file")
+
+
+EMBEDDING_KEYS = ("source_embedding", "target_embedding")
+
+
+def _finalize_scorers(evaluation, source):
+    """eval.scorers as lowercase names (OpenNMT-tf's spellings: a name or a list, any case),
+    taken from eval.external_evaluators, OpenNMT-tf's older name, when that is the one set."""
+    name = "scorers"
+    if evaluation["external_evaluators"] is not None:
+        if evaluation["scorers"]:
+            raise ConfigError(f"{source}: eval.scorers and eval.external_evaluators (OpenNMT-tf's "
+                              "older name of scorers) are both set: keep one")
+        name = "external_evaluators"
+        evaluation["scorers"], evaluation["external_evaluators"] = evaluation[name], None
+    evaluation["scorers"] = scorers = [str(s).lower() for s in evaluation["scorers"]]
+    unknown = [s for s in scorers if s not in SCORERS]
+    if unknown:
+        raise ConfigError(f"{source}: eval.{name}: unknown scorer(s) {unknown}; available: {sorted(SCORERS)}")
+    return scorers
 
 
 TOKENIZATION_KEYS = ("source_tokenization", "target_tokenization")
@@ -856,7 +927,8 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 def load_config(paths, overrides=None):
     """Reads, merges and validates YAML config files; returns the complete, frozen `Config`.
 
-    `overrides` is an optional dict (e.g. from the command line) merged last.
+    `overrides` is an optional dict (e.g. from the command line) merged last. Logs one warning
+    for each INEFFECTIVE_ONMT_KEYS key set.
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -888,7 +960,11 @@ def load_config(paths, overrides=None):
     if overrides:
         _validate(overrides, SCHEMA, "", "command line")
         user = merge(user, overrides)
-    return build_config(user, source=" + ".join(names) or "config")
+    source = " + ".join(names) or "config"
+    config = build_config(user, source=source)
+    for name, reason in ineffective_keys(config):
+        logger.warning("%s: %s has no effect in opennmt-lite (%s)", source, name, reason)
+    return config
 
 
 def build_config(user, source="config"):

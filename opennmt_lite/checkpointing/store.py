@@ -182,7 +182,9 @@ def read(prefix, names):
 
 def _optional(name):
     # Dropout seed states may be absent (saved with dropout 0) or extra (loaded with dropout 0).
-    return "dropout_seed" in name
+    # The Adam moments of an embedding table are absent when it was frozen (data.*_embedding
+    # trainable: false) and the run resumes training it: they start at zero, as in OpenNMT-tf.
+    return "dropout_seed" in name or (name.startswith("optimizer/") and name.endswith("_inputter/embedding"))
 
 
 def check_shapes(prefix, expected, leftover_under=("model/",), kind="checkpoint"):
@@ -261,7 +263,12 @@ class Checkpoint:
             if prefix is None:
                 return None
         self.check_compatible(prefix)
-        self._checkpoint.read(prefix).assert_existing_objects_matched()
+        status = self._checkpoint.read(prefix)
+        stored = contents(prefix)
+        if all(name in stored for name in self.variables):
+            status.assert_existing_objects_matched()
+        else:  # only optional ones are absent (check_compatible): they keep their initial values
+            status.expect_partial()
         self.latest = prefix
         return prefix
 

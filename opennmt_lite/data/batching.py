@@ -22,7 +22,11 @@ Two training schemes:
   - end of the epoch: every non-empty bucket is flushed as a smaller batch, in increasing
     bucket order (tf.data's group_by_window), so those batches need not be multiples of
     `batch_size_multiple`; OpenNMT-tf repeats after batching, so this happens every epoch;
-  - batches are padded to their longest sequence, and come in the order they fill up.
+  - batches are padded to their longest sequence, and come in the order they fill up;
+  - `pad_to_bucket_boundary` (train.pad_to_bucket_boundary, OpenNMT-tf's
+    `bucket_by_sequence_length` path): both sides of a batch are padded to its bucket's upper
+    bound, (bucket + 1) * width; examples batches are rounded down to the multiple too; and
+    the buckets still partial at the end of an epoch are dropped, not flushed (drop_remainder).
 
 * `"sorted"` (default): within a shuffled window of `sample_buffer_size` examples (the whole
   data by default), examples are ordered along a "snake" path through the
@@ -45,7 +49,9 @@ Two training schemes:
   (never with `batch_size_multiple=1`). With batch_type examples the sorted order is cut into
   consecutive batches of batch_size (rounded down to the multiple) examples; examples that would
   make a smaller last batch are carried in the same way (at the end of a single pass they form a
-  smaller batch, rounded down to the multiple).
+  smaller batch, rounded down to the multiple). With `pad_to_bucket_boundary`, both sides of a
+  batch are padded to its longest sequence (either side) rounded up to a multiple of the width,
+  and the budgets count that padding.
 """
 
 import logging
@@ -64,6 +70,18 @@ def round_up(values, multiple):
     if multiple is None or multiple <= 1:
         return values
     return -(-np.asarray(values) // multiple) * multiple
+
+
+def padded_lengths(source_lengths, target_lengths, pad_to_multiple=1, bucket_width=None):
+    """(source, target) padded lengths of sequences of these lengths (NumPy arrays or ints; target
+    lengths counting `</s>`): each rounded up to `pad_to_multiple`. With `bucket_width`
+    (train.pad_to_bucket_boundary) both sides first take the length bucket's upper bound,
+    ceil(max(source, target) / width) * width, as OpenNMT-tf pads a batch to its bucket boundary.
+    """
+    if bucket_width:
+        longest = round_up(np.maximum(source_lengths, target_lengths), bucket_width)
+        source_lengths = target_lengths = longest
+    return round_up(source_lengths, pad_to_multiple), round_up(target_lengths, pad_to_multiple)
 
 
 def accum_steps(effective_batch_size, batch_size, num_replicas=1):
@@ -126,9 +144,14 @@ def opennmt_bucket(source_lengths, target_lengths, length_bucket_width):
     return np.maximum(-(-length // length_bucket_width) - 1, 0)
 
 
-def opennmt_window_size(bucket, batch_size, batch_type, batch_size_multiple, length_bucket_width):
-    """Examples per batch of a bucket in OpenNMT-tf's `batch_sequence_dataset`."""
+def opennmt_window_size(bucket, batch_size, batch_type, batch_size_multiple, length_bucket_width,
+                        pad_to_bucket_boundary=False):
+    """Examples per batch of a bucket in OpenNMT-tf's `batch_sequence_dataset` (with
+    `pad_to_bucket_boundary`, its `get_bucket_batch_sizes`: the same for tokens, and examples
+    batches rounded down to the multiple too)."""
     if batch_type == "examples":
+        if pad_to_bucket_boundary and batch_size_multiple > 1:
+            return max(batch_size - batch_size % batch_size_multiple, batch_size_multiple)
         return batch_size
     size = batch_size // ((int(bucket) + 1) * length_bucket_width)
     size = (size // batch_size_multiple) * batch_size_multiple
@@ -136,12 +159,15 @@ def opennmt_window_size(bucket, batch_size, batch_type, batch_size_multiple, len
 
 
 def plan_opennmt_batches(order, source_lengths, target_lengths, *, batch_size, batch_type,
-                         batch_size_multiple=1, length_bucket_width=None):
+                         batch_size_multiple=1, length_bucket_width=None,
+                         pad_to_bucket_boundary=False):
     """Batches (arrays of example indices) of one epoch over `order`, OpenNMT-tf's way.
 
     `source_lengths` / `target_lengths` are indexed by example. Without a bucket width,
     examples are batched in order, batch_size at a time (OpenNMT-tf refuses tokens batches
-    without a width; so does this)."""
+    without a width; so does this). With `pad_to_bucket_boundary` (and a width), the buckets
+    still partial at the end are left out, as OpenNMT-tf's `bucket_by_sequence_length` drops
+    them (drop_remainder)."""
     validate_batching(batch_size, batch_type, batch_size_multiple)
     order = np.asarray(order, dtype=np.int64)
     if not length_bucket_width:
@@ -160,11 +186,14 @@ def plan_opennmt_batches(order, source_lengths, target_lengths, *, batch_size, b
             members = pending[bucket] = []
             if bucket not in sizes:
                 sizes[bucket] = opennmt_window_size(
-                    bucket, batch_size, batch_type, batch_size_multiple, length_bucket_width)
+                    bucket, batch_size, batch_type, batch_size_multiple, length_bucket_width,
+                    pad_to_bucket_boundary)
         members.append(example)
         if len(members) == sizes[bucket]:
             batches.append(np.array(members, dtype=np.int64))
             del pending[bucket]
+    if pad_to_bucket_boundary:
+        return batches
     for bucket in sorted(pending):
         batches.append(np.array(pending[bucket], dtype=np.int64))
     return batches
@@ -245,12 +274,15 @@ class SortedPlanner:
 
     def __init__(self, source_lengths, target_lengths, *, batch_size, batch_type="tokens",
                  batch_size_multiple=1, length_bucket_width=1, sample_buffer_size=None,
-                 pad_to_multiple=1, batch_overhead=0.15, primary=None):
+                 pad_to_multiple=1, pad_to_bucket_boundary=False, batch_overhead=0.15,
+                 primary=None):
         validate_batching(batch_size, batch_type, batch_size_multiple)
         self.source_lengths = np.asarray(source_lengths, dtype=np.int64)
         self.target_lengths = np.asarray(target_lengths, dtype=np.int64)
-        self.padded_source = round_up(self.source_lengths, pad_to_multiple)
-        self.padded_target = round_up(self.target_lengths, pad_to_multiple)
+        # (budgets count the padding: a batch's padded length is the largest of its examples')
+        self.padded_source, self.padded_target = padded_lengths(
+            self.source_lengths, self.target_lengths, pad_to_multiple,
+            length_bucket_width if pad_to_bucket_boundary else None)
         self.batch_size = int(batch_size)
         self.batch_type = batch_type
         self.multiple = int(batch_size_multiple)

@@ -15,7 +15,9 @@ noisy_target_length, laid out as the target ones; `data.example_weights` adds
 `example_weight` [B] float32; `data.train_alignments` adds `alignment` [B, Tt, Ts] float32,
 the gold alignment matrices, row t for target word t; see alignments.py). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
-to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes.
+to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes;
+with `pad_to_bucket_boundary`, a training batch's two sides are first padded to the same length,
+its length bucket's upper bound (OpenNMT-tf's train.pad_to_bucket_boundary).
 """
 
 import concurrent.futures
@@ -80,13 +82,15 @@ def pad_negatives(corpus, indices, negatives, rng, pad_to_multiple=1):
     }
 
 
-def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False):
-    """The padded NumPy batch (dict) of corpus examples `indices`."""
+def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False, bucket_width=None):
+    """The padded NumPy batch (dict) of corpus examples `indices`; `bucket_width`: both sides
+    padded to the length bucket boundary (see batching.padded_lengths)."""
     indices = np.asarray(indices, dtype=np.int64)
     source_length = corpus.source.lengths[indices]
     target_pieces = corpus.target.lengths[indices]
-    source_time = max(int(batching.round_up(int(source_length.max()), pad_to_multiple)), 1)
-    target_time = int(batching.round_up(int(target_pieces.max()) + 1, pad_to_multiple))
+    source_time, target_time = batching.padded_lengths(
+        int(source_length.max()), int(target_pieces.max()) + 1, pad_to_multiple, bucket_width)
+    source_time, target_time = max(int(source_time), 1), int(target_time)
     batch = {
         "source_ids": corpus.source.padded(indices, source_time),
         "source_length": source_length.astype(np.int32),
@@ -146,6 +150,8 @@ class TrainingInput:
       repeat: True = endless (each epoch reshuffled), False = one pass.
       num_shards, shard_index: keep lines i with i % num_shards == shard_index.
       pad_to_multiple: round padded lengths up to a multiple of this.
+      pad_to_bucket_boundary: OpenNMT-tf's: both sides of a batch padded to the length bucket
+        boundary (a multiple of length_bucket_width; see batching.py).
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
@@ -169,8 +175,9 @@ class TrainingInput:
                  batch_size_multiple=1, scheme="sorted", length_bucket_width=1,
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
-                 pad_to_multiple=1, batch_overhead=0.15, accum_steps=1, drop_empty_target=True,
-                 negatives=None, alignments=None, example_lines=None):
+                 pad_to_multiple=1, pad_to_bucket_boundary=False, batch_overhead=0.15,
+                 accum_steps=1, drop_empty_target=True, negatives=None, alignments=None,
+                 example_lines=None):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -210,6 +217,8 @@ class TrainingInput:
         self.seed = int(seed) if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
         self.repeat = repeat
         self.pad_to_multiple = pad_to_multiple
+        # (no width, no buckets: OpenNMT-tf then pads to the longest sequence too)
+        self.bucket_width = length_bucket_width if pad_to_bucket_boundary else None
         self.batch_overhead = batch_overhead
         self.accum_steps = int(accum_steps)
         self.negatives = negatives
@@ -229,7 +238,7 @@ class TrainingInput:
             batch_size_multiple=self.batch_size_multiple,
             length_bucket_width=self.length_bucket_width,
             sample_buffer_size=self.sample_buffer_size, pad_to_multiple=self.pad_to_multiple,
-            batch_overhead=self.batch_overhead,
+            pad_to_bucket_boundary=bool(self.bucket_width), batch_overhead=self.batch_overhead,
         )
 
     def _plan(self, planner, epoch, final):
@@ -238,11 +247,17 @@ class TrainingInput:
         if self.scheme == "opennmt":
             order = (batching.opennmt_shuffle(examples, self.sample_buffer_size, rng)
                      if self.shuffle else examples)
-            return batching.plan_opennmt_batches(
+            batches = batching.plan_opennmt_batches(
                 order, self.corpus.source_lengths, self.corpus.target_lengths,
                 batch_size=self.batch_size, batch_type=self.batch_type,
                 batch_size_multiple=self.batch_size_multiple,
-                length_bucket_width=self.length_bucket_width), np.zeros(0, np.int64)
+                length_bucket_width=self.length_bucket_width,
+                pad_to_bucket_boundary=bool(self.bucket_width))
+            dropped = np.zeros(0, np.int64)
+            if final and self.bucket_width:  # (the partial buckets OpenNMT-tf drops)
+                kept = np.concatenate(batches) if batches else dropped
+                dropped = np.setdiff1d(order, kept)
+            return batches, dropped
         order = examples[rng.permutation(len(examples))] if self.shuffle else examples
         return planner.plan_epoch(order, rng=rng, final=final)
 
@@ -271,9 +286,11 @@ class TrainingInput:
                     future = submit(epoch + 1)
                 if len(dropped):
                     self.dropped_remainder = len(dropped)
-                    logger.info(
-                        "%d example(s) left out at the end of the pass: fewer than "
-                        "batch_size_multiple=%d", len(dropped), self.batch_size_multiple)
+                    reason = ("in length buckets left partial (train.pad_to_bucket_boundary, "
+                              "as OpenNMT-tf)" if self.scheme == "opennmt" else
+                              f"fewer than batch_size_multiple={self.batch_size_multiple}")
+                    logger.info("%d example(s) left out at the end of the pass: %s",
+                                len(dropped), reason)
                 if skip_batches >= len(batches):
                     skip_batches -= len(batches)
                 else:
@@ -301,7 +318,8 @@ class TrainingInput:
         return batches
 
     def _pad(self, number, indices):
-        batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple)
+        batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple,
+                                   bucket_width=self.bucket_width)
         if self.negatives is not None:
             rng = np.random.default_rng([self.seed, NEGATIVES_STREAM, number])
             batch.update(pad_negatives(self.corpus, indices, self.negatives, rng, self.pad_to_multiple))

@@ -247,5 +247,6 @@ class WeightedTrainingInput(TrainingInput):
                 order, self.corpus.source_lengths, self.corpus.target_lengths,
                 batch_size=self.batch_size, batch_type=self.batch_type,
                 batch_size_multiple=self.batch_size_multiple,
-                length_bucket_width=self.length_bucket_width), np.zeros(0, np.int64)
+                length_bucket_width=self.length_bucket_width,
+                pad_to_bucket_boundary=bool(self.bucket_width)), np.zeros(0, np.int64)
         return planner.plan_epoch(examples, rng=rng, final=False)

@@ -18,7 +18,7 @@ import logging
 import numpy as np
 
 from opennmt_lite.checkpointing import formats, store
-from opennmt_lite.checkpointing.names import named_trainable, optimizer_state
+from opennmt_lite.checkpointing.names import named_trainable, named_variables, optimizer_state
 from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.training.averaging import check_output_dir
 
@@ -71,16 +71,17 @@ def update_vocab(config, output_dir, source_vocabulary, target_vocabulary, build
     old = build_checkpoint(config)
     formats.restore_whole(old, prefix)
     new = build_checkpoint(config.replace(data=new_data), output_dir)
-    old_named = named_trainable(old.model)
-    new_named = named_trainable(new.model)
+    # Every weight, frozen ones included (data.*_embedding trainable: false); slots: trainable ones.
+    old_named = named_variables(old.model, include_seeds=False)
+    new_named = named_variables(new.model, include_seeds=False)
     shared_ids = {}  # a table shared by several paths is rebuilt once, by its first path
     transforms = {}
     for path in new_named:
         side_axis = VOCABULARY_VARIABLES.get(path)
         first = shared_ids.setdefault(id(new_named[path]), path)
         transforms[path] = VOCABULARY_VARIABLES.get(first, side_axis)
-    old_state = optimizer_state(old.optimizer, old_named)
-    new_state = optimizer_state(new.optimizer, new_named)
+    old_state = optimizer_state(old.optimizer, named_trainable(old.model))
+    new_state = optimizer_state(new.optimizer, named_trainable(new.model))
     for name, variable in new_state.items():
         slot, _, path = name.partition("/")
         source = old_state[name].numpy()
