@@ -34,7 +34,7 @@ _LINE = re.compile(r"(?:\d{1,9}-\d{1,9}(?:\s+\d{1,9}-\d{1,9})*)?")
 
 
 def _parse(lines, path, first_line):
-    """-> (pairs int64 [n, 2] (source, target), counts [len(lines)]); DataError on a bad field."""
+    """-> (pairs int32 [n, 2] (source, target), counts [len(lines)]); DataError on a bad field."""
     for number, line in enumerate(lines):
         if not _LINE.fullmatch(line.strip()):
             field = next((f for f in line.split() if not _PAIR.fullmatch(f)), line)
@@ -44,7 +44,7 @@ def _parse(lines, path, first_line):
                 f"token indices, e.g. `0-0 1-2 2-1`)")
     counts = np.fromiter((line.count("-") for line in lines), dtype=np.int64, count=len(lines))
     values = " ".join(lines).replace("-", " ").split()
-    pairs = np.array(values, dtype=np.int64).reshape(-1, 2)
+    pairs = np.array(values, dtype=np.int32).reshape(-1, 2)  # (at most 9 digits each)
     return pairs, counts
 
 
@@ -53,7 +53,7 @@ class Alignments:
     files are): line l's pairs are `pairs[offsets[l]:offsets[l + 1]]`, each (source, target)."""
 
     def __init__(self, pairs, offsets, files, file_lines):
-        self.pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+        self.pairs = np.asarray(pairs, dtype=np.int32).reshape(-1, 2)
         self.offsets = np.asarray(offsets, dtype=np.int64)
         self.files = files
         self.file_lines = list(file_lines)  # lines in each file
