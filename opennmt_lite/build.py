@@ -203,10 +203,14 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
     `negatives`: contrastive learning's (`contrastive_negatives`)."""
     from opennmt_lite.data import weighted
+    from opennmt_lite.data.alignments import read_alignments
     from opennmt_lite.training.distribute import replica_shards
 
     files = data.train_features_file
     sampled = data.train_files_weights is not None and not isinstance(files, str) and len(files) > 1
+    alignments = None
+    if data.train_alignments:
+        alignments = read_alignments(data.train_alignments, files)
     inputs = []
     for num_shards, shard_index in replica_shards(strategy):
         if sampled:
@@ -229,10 +233,21 @@ def training_inputs(data, train, assets, strategy, negatives=None):
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
             num_shards=num_shards, shard_index=shard_index, negatives=negatives,
             **sequence_controls(data),
+            alignments=alignments,
         ))
         if not sampled:
             weighted.with_example_weights(inputs[-1].corpus, data.example_weights, files)
     return inputs
+
+
+def guided_alignment(params):
+    """The `GuidedAlignment` of the `params` section, or None (check_training has made sure
+    that data.train_alignments comes with it)."""
+    from opennmt_lite.training.step import GuidedAlignment
+
+    if not params.guided_alignment_type:
+        return None
+    return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight)
 
 
 def contrastive_negatives(params, assets):
@@ -402,6 +417,7 @@ def trainer(config, with_evaluation=None):
         example_weights=config.data.example_weights is not None,
         regularization=regularization_scales(config.params),
         clip_gradients=config.params.clip_gradients or None,
+        guided_alignment=guided_alignment(config.params),
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,
                      moving_average=moving_average)

@@ -141,6 +141,9 @@ class DataConfig:
     train_labels_file: str = key("paths")
     train_files_weights: tuple = key("list")
     example_weights: str = key("paths")  # one float per training line (per training file)
+    # Pharaoh `i-j` lines, one per training example (guided alignment; data/alignments.py);
+    # a list: one file per training file.
+    train_alignments: str = key("paths")
     eval_features_file: str = key("path")
     eval_labels_file: str = key("path")
     source_vocabulary: str = key("path")
@@ -244,6 +247,10 @@ class ParamsConfig:
     # OpenNMT-tf's {type: l1 | l2 | l1_l2, scale: s, or [l1, l2] for l1_l2}; normalised to
     # {"type": ..., "scale": (l1, l2)} by _finalize_regularization. See training/regularization.py.
     regularization: typing.Mapping = key("dict")
+    # Guided alignment (OpenNMT-tf's): the first head of the last decoder layer's attention is
+    # pulled towards data.train_alignments, with this cost and weight.
+    guided_alignment_type: str = key("str", None, choices=("ce", "mse"))
+    guided_alignment_weight: float = key("float", 1.0, minimum=0, nullable=False)
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -385,6 +392,15 @@ class Config:
                 raise ConfigError(f"data.{name} must be set to train")
         if not self.train.batch_size:
             raise ConfigError("train.batch_size must be set to train")
+        # OpenNMT-tf trains without guided alignment, silently, when only one of the two is set.
+        if self.data.train_alignments and not self.params.guided_alignment_type:
+            raise ConfigError("data.train_alignments is set but params.guided_alignment_type is "
+                              "not: set it to ce or mse to train with guided alignment, or remove "
+                              "data.train_alignments")
+        if self.params.guided_alignment_type and not self.data.train_alignments:
+            raise ConfigError(f"params.guided_alignment_type is {self.params.guided_alignment_type}"
+                              f" but data.train_alignments is not set: guided alignment needs the "
+                              f"alignment file (Pharaoh `i-j` lines, one per training example)")
 
     @property
     def with_evaluation(self):
@@ -468,7 +484,7 @@ def auto_config(preset=None):
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
 PATH_KEYS = (
     "train_features_file", "train_labels_file", "eval_features_file", "eval_labels_file",
-    "source_vocabulary", "target_vocabulary", "example_weights",
+    "source_vocabulary", "target_vocabulary", "example_weights", "train_alignments",
 )
 
 
@@ -538,9 +554,6 @@ def _check(value, leaf, where):
 # OpenNMT-tf 2.32 keys opennmt-lite does not support: refused with the reason (an unknown key
 # gets "unknown key", with a close match); listed in the README.
 UNSUPPORTED_ONMT_KEYS = {
-    "data.train_alignments": "guided alignment is not implemented",
-    "params.guided_alignment_type": "guided alignment is not implemented",
-    "params.guided_alignment_weight": "guided alignment is not implemented",
 }
 
 

@@ -15,7 +15,8 @@ hold their `<s>`/`</s>`, counted in source_length)
 (evaluation adds `index` [B] int64, the 0-based line of each example; training with
 contrastive learning adds the negative targets, noisy_target_ids_in, noisy_target_ids_out and
 noisy_target_length, laid out as the target ones; `data.example_weights` adds
-`example_weight` [B] float32). Inference elements:
+`example_weight` [B] float32; `data.train_alignments` adds `alignment` [B, Tt, Ts] float32,
+the gold alignment matrices, row t for target word t; see alignments.py). Inference elements:
 source_ids, source_length, index. Padded lengths are the batch's longest sequence rounded up
 to `pad_to_multiple` (default 1: no rounding), which bounds the number of distinct shapes;
 with `pad_to_bucket_boundary`, a training batch's two sides are first padded to the same length,
@@ -42,11 +43,12 @@ NEGATIVES_STREAM = 0x6e6567
 TRAINING_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
 
 
-def batch_signature(with_index=False, negatives=False, with_weight=False):
+def batch_signature(with_index=False, negatives=False, with_weight=False, with_alignment=False):
     """TensorSpecs of one training or evaluation batch: any batch size and length, so one trace
     serves every shape (`index` [B] int64: the evaluation batches' line numbers; `negatives`:
     contrastive learning's noisy targets; `example_weight` [B] float32: the training examples'
-    loss weights)."""
+    loss weights; `alignment` [B, Tt, Ts] float32: the training batches' gold alignments, with
+    guided alignment)."""
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -61,6 +63,8 @@ def batch_signature(with_index=False, negatives=False, with_weight=False):
             spec[name] = spec[name[len("noisy_"):]]
     if with_weight:
         spec["example_weight"] = tf.TensorSpec([None], tf.float32)
+    if with_alignment:
+        spec["alignment"] = tf.TensorSpec([None, None, None], tf.float32)
     return spec
 
 
@@ -184,6 +188,11 @@ class TrainingInput:
         seed and the batch's number in the stream, so a resumed run draws the same.
       source_controls, target_controls: the `corpus.Controls` of each side (OpenNMT-tf's
         sequence controls; default: none on the source, `<s>` and `</s>` on the target).
+      alignments: an `alignments.Alignments` of the training files (guided alignment): each
+        batch then holds "alignment", its examples' gold matrices; checked against the kept
+        examples' lengths here. `example_lines`: the line of each example of `corpus` in the
+        training files taken end to end, which the alignments are read by (default: its
+        line_index).
 
     Same seed, same arguments: the same batches in the same order, every time the dataset is
     iterated. Without shuffling, one pass yields every kept example exactly once (with
@@ -197,8 +206,9 @@ class TrainingInput:
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
                  pad_to_multiple=1, pad_to_bucket_boundary=False, batch_overhead=0.15,
-                 accum_steps=1, drop_empty_target=True, negatives=None,
-                 source_controls=SOURCE_CONTROLS, target_controls=TARGET_CONTROLS):
+                 accum_steps=1, drop_empty_target=True, negatives=None, alignments=None,
+                 example_lines=None, source_controls=SOURCE_CONTROLS,
+                 target_controls=TARGET_CONTROLS):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
         if scheme == "opennmt" and batch_type == "tokens" and not length_bucket_width:
             raise ValueError("batch_type 'tokens' with the opennmt scheme requires "
@@ -223,6 +233,12 @@ class TrainingInput:
                 target_controls=target_controls,
             )
         self.stats = self.corpus.stats
+        self.alignments = alignments
+        # (each example's 0-based line in the training files taken end to end)
+        self.example_lines = self.corpus.line_index if example_lines is None else example_lines
+        if alignments is not None:
+            alignments.check_lengths(self.example_lines, self.corpus.source.lengths,
+                                     self.corpus.target.lengths)
         self.batch_size = int(batch_size)
         self.batch_type = batch_type
         self.batch_size_multiple = int(batch_size_multiple)
@@ -339,12 +355,17 @@ class TrainingInput:
         if self.negatives is not None:
             rng = np.random.default_rng([self.seed, NEGATIVES_STREAM, number])
             batch.update(pad_negatives(self.corpus, indices, self.negatives, rng, self.pad_to_multiple))
+        if self.alignments is not None:
+            batch["alignment"] = self.alignments.matrices(
+                self.example_lines[indices], batch["target_ids_in"].shape[1],
+                batch["source_ids"].shape[1], int(self.corpus.source_controls.start))
         return batch
 
     @property
     def element_spec(self):
         return (batch_signature(negatives=self.negatives is not None,
-                                with_weight=self.corpus.weights is not None),) * self.accum_steps
+                                with_weight=self.corpus.weights is not None,
+                                with_alignment=self.alignments is not None),) * self.accum_steps
 
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of

@@ -32,16 +32,9 @@ from opennmt_lite.data.corpus import (
     SOURCE_CONTROLS, TARGET_CONTROLS,
     DROP_REASONS, DatasetStats, ParallelCorpus, RaggedIds, load_parallel_corpus)
 from opennmt_lite.data.pipeline import TrainingInput
-from opennmt_lite.data.text import DataError, as_file_list, read_lines
+from opennmt_lite.data.text import DataError, as_file_list, count_lines, read_lines
 
 logger = logging.getLogger("opennmt_lite")
-
-
-def count_lines(path):
-    """Lines of a text file, counted as `text.read_lines` splits them."""
-    with open(path, "rb") as stream:
-        data = stream.read()
-    return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
 def read_example_weights(path, num_lines, data_file):
@@ -218,6 +211,7 @@ class WeightedTrainingInput(TrainingInput):
             raise DataError(f"data.example_weights: {len(weights_files)} file(s) for "
                             f"{len(features_files)} training files")
         corpora, sizes, examples_of_lines, first = [], [], [], 0
+        lines_before, example_lines = 0, []  # (the examples' lines in the files end to end)
         for features, labels, weights_file in zip(features_files, labels_files, weights_files):
             corpus = load_parallel_corpus(
                 features, labels, source_vocabulary=source_vocabulary,
@@ -232,9 +226,12 @@ class WeightedTrainingInput(TrainingInput):
             lines = np.full(corpus.stats.num_lines, -1, dtype=np.int64)
             lines[corpus.line_index // num_shards] = first + np.arange(len(corpus))
             examples_of_lines.append(lines)
+            example_lines.append(corpus.line_index + lines_before)
+            lines_before += count_lines(features)
             first += len(corpus)
             corpora.append(corpus)
         super().__init__(corpus=concatenate(corpora), seed=seed,
+                         example_lines=np.concatenate(example_lines),
                          maximum_features_length=maximum_features_length,
                          maximum_labels_length=maximum_labels_length, **kwargs)
         self.probabilities = sampling_probabilities(weights, sizes)

@@ -50,3 +50,50 @@ def max_margin_loss(true_sum, true_tokens, negative_sum, negative_tokens, eta=0.
     negatives (all [] float32): max(true_sum / true_tokens - negative_sum / negative_tokens + eta,
     0), a scalar for the whole batch (the token-averaged NLLs of the batch, not per example)."""
     return tf.maximum(true_sum / true_tokens - negative_sum / negative_tokens + eta, 0.0)
+
+
+GUIDED_ALIGNMENT_TYPES = ("ce", "mse")
+# Keras' clipping of probabilities in its categorical cross-entropy (OpenNMT-tf calls it).
+_EPSILON = 1e-7
+
+
+def guided_alignment_sum(attention, gold, word_length, cost_type):
+    """The guided-alignment cost of a batch before OpenNMT-tf's division (see
+    `guided_alignment_scale`), summed over its examples' target words.
+
+    attention [batch, time, src_time] (any float dtype; computed in float32): row t is the step
+    predicting target word t (the attention of the row with `</s>` as input is never
+    constrained); gold [batch, time, src_time] float32; word_length [batch]: target words
+    (without `</s>`), the rows counted. "ce": Keras' categorical cross-entropy on probabilities
+    (each row divided by its sum, clipped to [1e-7, 1 - 1e-7]), -sum(gold * log(attention)) per
+    row; "mse": the squared differences summed per row (Keras' mean over src_time is the
+    division by the batch's source length in `guided_alignment_scale`). -> [] float32.
+    """
+    probs = tf.cast(attention, tf.float32)
+    if cost_type == "ce":
+        probs = probs / tf.reduce_sum(probs, axis=-1, keepdims=True)
+        probs = tf.clip_by_value(probs, _EPSILON, 1.0 - _EPSILON)
+        per_word = -tf.reduce_sum(gold * tf.math.log(probs), axis=-1)
+    elif cost_type == "mse":
+        per_word = tf.reduce_sum(tf.math.squared_difference(probs, gold), axis=-1)
+    else:
+        raise ValueError(f"guided alignment type must be one of {GUIDED_ALIGNMENT_TYPES}, got {cost_type!r}")
+    mask = tf.sequence_mask(word_length, maxlen=tf.shape(probs)[1], dtype=tf.float32)
+    return tf.reduce_sum(per_word * mask)
+
+
+def guided_alignment_scale(word_length, source_length, cost_type, weight):
+    """What a batch's `guided_alignment_sum` is multiplied by before it is added to the batch's
+    summed cross-entropy, as OpenNMT-tf's `guided_alignment_cost` does: `weight` / the batch's
+    target words (and, for "mse", / its padded source length, the longest source of the batch,
+    over which Keras takes its mean). The sum then goes through the training loss's own
+    normalisation (by tokens or examples of the whole update), as in OpenNMT-tf. An update is
+    made of whole batches, so a batch cut into sub-batches is scaled by its own totals.
+
+    word_length [batch] (target words, without `</s>`), source_length [batch] -> [] float32.
+    """
+    scale = tf.math.divide_no_nan(
+        tf.cast(weight, tf.float32), tf.cast(tf.reduce_sum(word_length), tf.float32))
+    if cost_type == "mse":
+        scale = tf.math.divide_no_nan(scale, tf.cast(tf.reduce_max(source_length), tf.float32))
+    return scale

@@ -25,8 +25,15 @@ the training loss of a batch is instead OpenNMT-tf's max-margin loss, a scalar p
 sub-batches' sums added before the division), and its normalizer 1: the update is the mean of
 the accumulated batches' gradients, as OpenNMT-tf divides by accum_steps * replicas when the
 loss returns no sample size. Evaluation keeps the cross-entropy, as in OpenNMT-tf.
+
+Otherwise, with guided alignment (`GuidedAlignment`), each batch's summed loss also holds OpenNMT-tf's
+guided-alignment cost of that batch (already divided by its target words, times the weight);
+it is then normalised with the cross-entropy, as OpenNMT-tf adds it to its cumulated loss.
+Sub-batches scale their slice's cost by the whole batch's totals, so the sum is unchanged.
+Example weights do not weigh it, and contrastive learning's loss replaces it, as in OpenNMT-tf.
 """
 
+import dataclasses
 import logging
 import os
 
@@ -34,22 +41,38 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
-from opennmt_lite.training.losses import cross_entropy_sequence_loss, max_margin_loss
+from opennmt_lite.training.losses import (
+    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum, max_margin_loss)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
 
 
-def compute_loss(model, batch, label_smoothing, average_loss_in_time, training):
+@dataclasses.dataclass(frozen=True)
+class GuidedAlignment:
+    """`params.guided_alignment_type` ("ce" or "mse") and `params.guided_alignment_weight`: the
+    batches then hold "alignment", their gold matrices (see data/alignments.py)."""
+
+    type: str
+    weight: float = 1.0
+
+
+def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
+                 guided_alignment=None, guided_scale=None):
     """-> (summed loss, normalizer) of one batch. With example weights (`example_weight` [B]),
     OpenNMT-tf's: each example's token losses are scaled by its weight, and the normalizer is the
-    weighted token count (`average_loss_in_time`) or the sum of the weights."""
-    logits, _ = model(batch, training=training)
+    weighted token count (`average_loss_in_time`) or the sum of the weights. With
+    `guided_alignment`, the summed loss includes the guided-alignment cost times `guided_scale`
+    (`guided_alignment_scale` of the whole batch this one may be a slice of; not weighted)."""
+    logits, attention = model(batch, training=training)
     weight = batch.get("example_weight")
     loss, tokens = cross_entropy_sequence_loss(
         logits, batch["target_ids_out"], batch["target_length"],
         label_smoothing=label_smoothing, training=training, example_weight=weight,
     )
+    if guided_alignment is not None:
+        loss += guided_scale * guided_alignment_sum(
+            attention, batch["alignment"], batch["target_length"] - 1, guided_alignment.type)
     if average_loss_in_time:
         normalizer = tokens
     elif weight is not None:
@@ -87,6 +110,8 @@ def split_batch(batch, parts):
         part["source_ids"] = part["source_ids"][:, :source_time]
         part["target_ids_in"] = part["target_ids_in"][:, :target_time]
         part["target_ids_out"] = part["target_ids_out"][:, :target_time]
+        if "alignment" in part:
+            part["alignment"] = part["alignment"][:, :target_time, :source_time]
         if "noisy_target_length" in part:
             noisy_time = tf.maximum(tf.reduce_max(part["noisy_target_length"]), 0)
             for name in ("noisy_target_ids_in", "noisy_target_ids_out"):
@@ -96,14 +121,20 @@ def split_batch(batch, parts):
 
 
 def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1,
-                    max_margin_eta=None, regularization=None):
+                    max_margin_eta=None, guided_alignment=None, regularization=None):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
     Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
     slices of the batch (split_batch), computed independently (see the module docstring).
-    `max_margin_eta`: contrastive learning's loss instead (normalizer 1). `regularization`:
+    `max_margin_eta`: contrastive learning's loss instead (normalizer 1). `guided_alignment`: a
+    `GuidedAlignment`, whose cost joins the cross-entropy (OpenNMT-tf's). `regularization`:
     (l1, l2) scales of OpenNMT-tf's weight penalty, added once to the batch's summed loss
     whichever loss it is (training/regularization.py)."""
     scaled = inner_optimizer(optimizer) is not optimizer
+    guided_scale = None
+    if guided_alignment is not None:
+        guided_scale = guided_alignment_scale(
+            batch["target_length"] - 1, batch["source_length"], guided_alignment.type,
+            guided_alignment.weight)
     with tf.GradientTape() as tape:
         parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
         if max_margin_eta is not None:
@@ -112,7 +143,8 @@ def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_ti
             normalizer = tf.constant(1.0)
         else:
             losses, normalizers = zip(*(
-                compute_loss(model, part, label_smoothing, average_loss_in_time, training=True)
+                compute_loss(model, part, label_smoothing, average_loss_in_time, training=True,
+                             guided_alignment=guided_alignment, guided_scale=guided_scale)
                 for part in parts))
             loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
         if regularization is not None:
@@ -190,13 +222,14 @@ class TrainStep:
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
-                 max_margin_eta=None, example_weights=False, regularization=None,
-                 clip_gradients=None):
+                 max_margin_eta=None, example_weights=False, guided_alignment=None,
+                 regularization=None, clip_gradients=None):
         """`regularization`: (l1, l2) scales of OpenNMT-tf's weight penalty, or None;
         `clip_gradients`: the global norm each update's gradient is clipped to, or None."""
         self.model = model
         # (None: the cross-entropy; else contrastive learning's max-margin loss, see above)
         self.max_margin_eta = max_margin_eta
+        self.guided_alignment = guided_alignment
         self.regularization = regularization
         self.clip_gradients = clip_gradients
         self.sub_batches = sub_batches
@@ -219,7 +252,8 @@ class TrainStep:
         jit = (jit_compile and not self.distributed) or None
         negatives = max_margin_eta is not None
         # (`example_weights`: the batches carry `example_weight`, data.example_weights)
-        signature = (tuple(batch_signature(negatives=negatives, with_weight=example_weights)
+        signature = (tuple(batch_signature(negatives=negatives, with_weight=example_weights,
+                                           with_alignment=guided_alignment is not None)
                            for _ in range(self.replicas)),)
         self._accumulate = tf.function(self._accumulate_fn, input_signature=signature, jit_compile=jit)
         self._apply = tf.function(self._apply_fn, jit_compile=jit)
@@ -228,7 +262,7 @@ class TrainStep:
         grads, loss, normalizer = batch_gradients(
             self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
             self.sub_batches, max_margin_eta=self.max_margin_eta,
-            regularization=self.regularization)
+            guided_alignment=self.guided_alignment, regularization=self.regularization)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
