@@ -53,3 +53,46 @@ def test_onmt_main_trains_on_from_opennmt_tf_s_weighted_project(tmp_path, caplog
         losses = [json.loads(line)["loss"] for line in stream]
     assert len(losses) == 6 and max(losses) < 4.0
     assert os.path.exists(tmp_path / "run" / "ckpt-200.index")  # OpenNMT-tf's files kept
+
+
+def test_weighted_project_trains_on_with_moving_average_and_export_on_best(tmp_path):
+    """Issue 25's project: OpenNMT-tf's weighted-files checkpoint trained on by `onmt-main
+    train --with_eval` with a moving average and export on best added to its YAML: the
+    checkpoint holds the averages (not the trained weights), and the one export kept is the
+    step whose evaluation loss was the lowest, holding that step's averaged weights."""
+    write_data(tmp_path)
+    for name in ("config.yml", "model.py", "src-vocab.txt", "tgt-vocab.txt"):
+        shutil.copyfile(PROJECT / name, tmp_path / name)
+    shutil.copytree(PROJECT / "run", tmp_path / "run")
+    for side in ("en", "de"):  # a small validation set
+        with open(FIXTURES.parent.parent / "data" / f"valid.{side}", encoding="utf-8") as stream:
+            (tmp_path / f"dev.{side}").write_text("".join(next(stream) for _ in range(24)),
+                                                  encoding="utf-8")
+    (tmp_path / "more.yml").write_text(yaml.safe_dump({
+        "data": {"eval_features_file": "dev.en", "eval_labels_file": "dev.de"},
+        "train": {"max_step": 206, "save_checkpoints_steps": 2, "keep_checkpoint_max": 5,
+                  "save_summary_steps": 1, "average_last_checkpoints": 0,
+                  "moving_average_decay": 0.99},
+        "eval": {"steps": 2, "batch_size": 8, "batch_type": "examples",
+                 "export_on_best": "loss", "export_format": "checkpoint",
+                 "max_exports_to_keep": 1},
+    }))
+    with inside(tmp_path):
+        assert onmt_main.main(["--config", "config.yml", "more.yml", "--model", "model.py",
+                               "--seed", "1234", "train", "--with_eval"]) == 0
+    run = tmp_path / "run"
+    with open(run / "eval" / "history.jsonl") as stream:
+        history = [json.loads(line) for line in stream]
+    steps = [entry["step"] for entry in history]
+    assert steps == [202, 204, 206]
+    best = min(history, key=lambda entry: entry["loss"])["step"]
+    assert sorted(os.listdir(run / "export")) == [str(best)]  # only the newest best kept
+    reader = tf.train.load_checkpoint(str(run / "checkpoints" / f"ckpt-{best}"))
+    name = "model/decoder/layers/0/ffn/layer/inner/kernel" + VALUE_SUFFIX
+    averaged = reader.get_tensor(name)
+    trained = reader.get_tensor(name.replace("model/", "moving_average/trained_weights/", 1))
+    assert np.abs(averaged - trained).max() > 0  # the checkpoint's model is the average
+    exported = tf.train.load_checkpoint(str(run / "export" / str(best)))
+    names = [n for n, _ in tf.train.list_variables(str(run / "export" / str(best)))]
+    exported_name = next(n for n in names if n.endswith(name.split("/", 1)[1]))
+    np.testing.assert_array_equal(exported.get_tensor(exported_name), averaged)
