@@ -414,17 +414,19 @@ class Config:
                 raise ConfigError(f"data.{name} must be set to train")
         if not self.train.batch_size:
             raise ConfigError("train.batch_size must be set to train")
-        # OpenNMT-tf trains without guided alignment, silently, when only one of the two is set.
-        if self.data.train_alignments and not self.params.guided_alignment_type:
-            raise ConfigError("data.train_alignments is set but params.guided_alignment_type is "
-                              "not: set it to ce or mse to train with guided alignment, or remove "
-                              "data.train_alignments")
+        # OpenNMT-tf computes a sampling probability whenever either key is set (0 for a constant
+        # read probability of 1) and its Transformer decoder then refuses to train.
         for name in ("scheduled_sampling_type", "scheduled_sampling_read_probability"):
             if getattr(self.params, name) is not None:
                 raise ConfigError(
                     f"params.{name}: scheduled sampling is not supported by the Transformer's "
                     f"decoder (OpenNMT-tf 2.32 refuses it too: \"Scheduled sampling is not "
                     f"supported by this decoder\"); remove params.{name}")
+        # OpenNMT-tf trains without guided alignment, silently, when only one of the two is set.
+        if self.data.train_alignments and not self.params.guided_alignment_type:
+            raise ConfigError("data.train_alignments is set but params.guided_alignment_type is "
+                              "not: set it to ce or mse to train with guided alignment, or remove "
+                              "data.train_alignments")
         if self.params.guided_alignment_type and not self.data.train_alignments:
             raise ConfigError(f"params.guided_alignment_type is {self.params.guided_alignment_type}"
                               f" but data.train_alignments is not set: guided alignment needs the "
