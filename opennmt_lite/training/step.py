@@ -31,6 +31,10 @@ guided-alignment cost of that batch (already divided by its target words, times 
 it is then normalised with the cross-entropy, as OpenNMT-tf adds it to its cumulated loss.
 Sub-batches scale their slice's cost by the whole batch's totals, so the sum is unchanged.
 Example weights do not weigh it, and contrastive learning's loss replaces it, as in OpenNMT-tf.
+
+With `mask_outliers` (OpenNMT-tf's `params.mask_loss_outliers`), the examples of a batch whose mean
+token loss is an outlier of that batch (training/losses.py, `outlier_mask`) count in neither the
+summed loss nor the normalizer; a batch cut into sub-batches is judged whole (`outlier_keeps`).
 """
 
 import dataclasses
