@@ -226,6 +226,13 @@ def test_a_shared_table_frozen_in_one_holder_stays_trained(run_user):
     assert model.decoder.output_layer.kernel is model.target_inputter.embedding
     assert model.target_inputter.embedding.trainable
     assert not model.decoder.output_layer.bias.trainable
+    # shared input tables: one layer here, two in OpenNMT-tf: only both can be frozen
+    config = build_config(dict(run_user, model=dict(run_user["model"], share_embeddings="all")))
+    model = build.model(config.model, build.assets(config.data))
+    assert find_layers(model, "examples_inputter") == [model.source_inputter] * 2
+    with pytest.raises(ConfigError, match="^params.freeze_layers: 'labels_inputter': with "
+                       "model.share_embeddings: all the source and target inputters are one layer"):
+        find_layers(model, "labels_inputter")
 
 
 @pytest.mark.parametrize("path, message", [

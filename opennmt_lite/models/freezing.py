@@ -36,6 +36,12 @@ def find_layers(model, path):
             raise ConfigError(f"{where}: examples_inputter has no {parts[0]!r} (its layers: "
                               f"{', '.join(_INPUTTERS)})")
     if parts and parts[0] in _INPUTTERS:
+        if model.hyperparameters.shares_input_embeddings:
+            # (one layer here, two in OpenNMT-tf, which would go on training the shared table
+            # and dropping out through the other one)
+            raise ConfigError(f"{where}: with model.share_embeddings: "
+                              f"{model.hyperparameters.share_embeddings} the source and target "
+                              f"inputters are one layer: freeze examples_inputter (both) or neither")
         parts = [_INPUTTERS[parts[0]]] + parts[1:]
     node = model
     for index, part in enumerate(parts):
@@ -59,18 +65,15 @@ def find_layers(model, path):
     return [node]
 
 
-def set_dropout(layer, rate):
-    """Sets every dropout rate of `layer` and of its sub-layers to `rate` (OpenNMT-tf's
-    `misc.set_dropout`: each numeric attribute whose name contains "dropout"). Lowering a rate
-    is always possible; a rate raised from 0 would have no seed generator (models are built with
-    their rates instead: ModelHyperparameters)."""
+def disable_dropout(layer):
+    """Sets every dropout rate of `layer` and of its sub-layers to 0, as OpenNMT-tf's
+    `misc.set_dropout(layer, 0)` does: each numeric attribute whose name contains "dropout"
+    (rates are read when a layer is called; the seed generators stay, unused)."""
     for sublayer in layer._flatten_layers(include_self=True, recursive=True):
         for name, value in list(vars(sublayer).items()):
-            if "dropout" in name and not name.startswith("_") and isinstance(value, (int, float)) \
-                    and not isinstance(value, bool):
-                if rate > 0 and getattr(sublayer, f"{name}_seed", None) is None:
-                    raise ValueError(f"{sublayer.name}.{name}: no seed generator to raise it to {rate}")
-                setattr(sublayer, name, rate)
+            if ("dropout" in name and not name.startswith("_") and isinstance(value, (int, float))
+                    and not isinstance(value, bool)):
+                setattr(sublayer, name, 0.0)
 
 
 def freeze_layers(model, paths):
@@ -84,7 +87,7 @@ def freeze_layers(model, paths):
     kept = {id(variable) for sublayer in model._flatten_layers(include_self=True, recursive=True)
             if id(sublayer) not in inside for variable in _own_weights(sublayer)}
     for layer in frozen:
-        set_dropout(layer, 0.0)
+        disable_dropout(layer)
         for variable in layer.weights:
             if id(variable) not in kept:
                 variable.trainable = False
