@@ -204,7 +204,15 @@ def test_frozen_layers_do_not_move_the_others_do(trained):
     assert model.encoder.dropout == 0.3 and model.encoder.layers[1].ffn.output_dropout == 0.3
 
 
+@pytest.mark.parametrize("value", [[3], [""], ["encoder", None]])
+def test_a_path_that_is_not_a_string_is_refused_at_load(value):
+    with pytest.raises(ConfigError, match="^config: params.freeze_layers: expected a layer path"):
+        tiny_config({"freeze_layers": value})
+
+
 def test_paths_follow_opennmt_tf_names(run_user):
+    assert tiny_config({"freeze_layers": "encoder"}).params.freeze_layers == ("encoder",)
+
     config = build_config(run_user)
     model = build.model(config.model, build.assets(config.data))
     assert find_layers(model, "examples_inputter") == [model.source_inputter, model.target_inputter]
