@@ -210,6 +210,24 @@ def test_a_path_that_is_not_a_string_is_refused_at_load(value):
         tiny_config({"freeze_layers": value})
 
 
+def test_a_run_resumed_with_the_layers_unfrozen_trains_them(run_user, trained, tmp_path):
+    """Freeze, then unfreeze on resume (fine-tuning): the checkpoint has no Adam moments for
+    the frozen weights; they start at zero, as in OpenNMT-tf, and the weights move."""
+    import shutil
+
+    trainer, _ = trained
+    model_dir = str(tmp_path / "run")
+    shutil.copytree(run_user["model_dir"], model_dir)
+    params = {k: v for k, v in run_user["params"].items() if k != "freeze_layers"}
+    train = dict(run_user["train"], max_step=3, save_checkpoints_steps=100)
+    resumed = build.trainer(build_config(dict(run_user, model_dir=model_dir, params=params, train=train)))
+    kernel = resumed.model.encoder.layers[0].ffn.layer.inner.kernel
+    np.testing.assert_array_equal(kernel.numpy(), trainer.model.encoder.layers[0].ffn.layer.inner.kernel.numpy())
+    assert kernel.trainable and resumed.run()["step"] == 3
+    assert not np.array_equal(kernel.numpy(), trainer.model.encoder.layers[0].ffn.layer.inner.kernel.numpy())
+    assert "optimizer/m/encoder/layers/0/ffn/layer/inner/kernel" in contents(resumed.checkpoint.latest)
+
+
 def test_paths_follow_opennmt_tf_names(run_user):
     assert tiny_config({"freeze_layers": "encoder"}).params.freeze_layers == ("encoder",)
 
