@@ -92,6 +92,14 @@ def test_the_documented_configuration_loads(monkeypatch, caplog):
         build_config(user).check_training()
 
 
+def test_regularization_scales_written_as_strings_read_as_float_reads_them():
+    # (YAML 1.1 reads `1e-4` as a string; OpenNMT-tf calls float() on it)
+    assert tiny_config({"regularization": {"type": "l1_l2", "scale": ["1e-4", 2e-4]}}).params.regularization \
+        == {"type": "l1_l2", "scale": (1e-4, 2e-4)}
+    with pytest.raises(ConfigError, match=r"^config: params.regularization.scale: expected a number, got 'abc'$"):
+        tiny_config({"regularization": {"type": "l2", "scale": "abc"}})
+
+
 # ---------------------------------------------------------------------------------------------
 # params.dropout
 
