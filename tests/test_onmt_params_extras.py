@@ -75,7 +75,8 @@ def test_the_documented_configuration_loads(monkeypatch, caplog):
     # Its scheduled sampling (constant, read probability 1) is what OpenNMT-tf's Transformer
     # refuses to train with: each key alone is refused, naming it; without both, what remains is
     # its alignment file without guided_alignment_type (another of the documented values).
-    with pytest.raises(ConfigError, match="^params.scheduled_sampling_type: scheduled sampling is not supported"):
+    with pytest.raises(ConfigError,
+                       match="^params.scheduled_sampling_type: scheduled sampling is not supported"):
         config.check_training()
     for name in SCHEDULED:
         user = documented_user()
@@ -96,7 +97,8 @@ def test_regularization_scales_written_as_strings_read_as_float_reads_them():
     # (YAML 1.1 reads `1e-4` as a string; OpenNMT-tf calls float() on it)
     assert tiny_config({"regularization": {"type": "l1_l2", "scale": ["1e-4", 2e-4]}}).params.regularization \
         == {"type": "l1_l2", "scale": (1e-4, 2e-4)}
-    with pytest.raises(ConfigError, match=r"^config: params.regularization.scale: expected a number, got 'abc'$"):
+    with pytest.raises(ConfigError,
+                       match=r"^config: params.regularization.scale: expected a number, got 'abc'$"):
         tiny_config({"regularization": {"type": "l2", "scale": "abc"}})
 
 
@@ -123,7 +125,8 @@ def test_dropout_override_reaches_what_opennmt_tf_set_dropout_reaches():
     kinds = sorted(set(sites.values()))
     assert kinds == [0.0, 0.1, 0.2, 0.3]  # (embedder and wrapper inputs: 0, as in OpenNMT-tf)
     assert sorted(path for path, v in sites.items() if v == 0) == sorted(
-        ["source_inputter/dropout", "target_inputter/dropout", "encoder/layers/0/self_attention/input_dropout",
+        ["source_inputter/dropout", "target_inputter/dropout",
+         "encoder/layers/0/self_attention/input_dropout",
          "encoder/layers/0/ffn/input_dropout", "decoder/layers/0/self_attention/input_dropout",
          "decoder/layers/0/attention/0/input_dropout", "decoder/layers/0/ffn/input_dropout"])
     overridden = Transformer(tiny_config({"dropout": 0.25}).model.hyperparameters, 11, 13)
@@ -230,9 +233,10 @@ def test_a_run_resumed_with_the_layers_unfrozen_trains_them(run_user, trained, t
     train = dict(run_user["train"], max_step=3, save_checkpoints_steps=100)
     resumed = build.trainer(build_config(dict(run_user, model_dir=model_dir, params=params, train=train)))
     kernel = resumed.model.encoder.layers[0].ffn.layer.inner.kernel
-    np.testing.assert_array_equal(kernel.numpy(), trainer.model.encoder.layers[0].ffn.layer.inner.kernel.numpy())
+    frozen = trainer.model.encoder.layers[0].ffn.layer.inner.kernel.numpy()
+    np.testing.assert_array_equal(kernel.numpy(), frozen)
     assert kernel.trainable and resumed.run()["step"] == 3
-    assert not np.array_equal(kernel.numpy(), trainer.model.encoder.layers[0].ffn.layer.inner.kernel.numpy())
+    assert not np.array_equal(kernel.numpy(), frozen)
     assert "optimizer/m/encoder/layers/0/ffn/layer/inner/kernel" in contents(resumed.checkpoint.latest)
 
 
@@ -361,7 +365,8 @@ def test_the_train_step_masks_over_the_whole_batch(run_user, trained):
     model.decoder.output_layer.bias.assign(np.where(np.arange(9) == 1, -6.0, 2.0).astype(np.float32))
     targets = [[2, 3, 4], [5, 2, 0], [3, 3, 0], [1, 1, 1], [4, 2, 6], [6, 5, 0], [2, 0, 0]]
     lengths = [3, 3, 2, 3, 3, 2, 1]
-    batch = {"source_ids": tf.constant([[2, 3, 4, 5]] * 7), "source_length": tf.constant([4, 3, 4, 2, 4, 4, 3]),
+    batch = {"source_ids": tf.constant([[2, 3, 4, 5]] * 7),
+             "source_length": tf.constant([4, 3, 4, 2, 4, 4, 3]),
              "target_ids_in": tf.constant(targets), "target_ids_out": tf.constant(targets),
              "target_length": tf.constant(lengths)}
     logits, _ = model(batch, training=True)
