@@ -30,6 +30,7 @@ from opennmt_lite.data.tokenizers import make_tokenizer
 from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.layers import fast_paths
 from opennmt_lite.models import Transformer
+from opennmt_lite.models.freezing import freeze_layers
 from opennmt_lite.training import adam, schedules
 
 logger = logging.getLogger("opennmt_lite")
@@ -122,6 +123,17 @@ def freeze_embeddings(transformer, data):
     for _, settings, inputter, _ in _pretrained_tables(transformer, data):
         if not settings.trainable:
             inputter.embedding.trainable = False
+
+
+def freeze(transformer, params):
+    """`params.freeze_layers`: the layers its OpenNMT-tf paths name are frozen (no dropout, no
+    update: opennmt_lite/models/freezing.py), before the optimizer is built. A path naming
+    nothing is a ConfigError."""
+    if params.freeze_layers:
+        frozen = freeze_layers(transformer, params.freeze_layers)
+        logger.info("params.freeze_layers: %s frozen (%d weights not trained)",
+                    ", ".join(layer.name for layer in frozen),
+                    sum(1 for v in transformer.weights if not v.trainable))
 
 
 def load_embeddings(transformer, data, assets, seed):
@@ -402,6 +414,7 @@ def trainer(config, with_evaluation=None):
     with strategy.scope() if strategy else contextlib.nullcontext():
         transformer = model(config.model, built_assets)
         freeze_embeddings(transformer, config.data)
+        freeze(transformer, config.params)
         built_optimizer = optimizer(config.params, train.dtype_policy)
         built_optimizer.build(transformer.trainable_variables)
         moving_average = (MovingAverage(transformer, train.moving_average_decay)
@@ -418,6 +431,7 @@ def trainer(config, with_evaluation=None):
         regularization=regularization_scales(config.params),
         clip_gradients=config.params.clip_gradients or None,
         guided_alignment=guided_alignment(config.params),
+        mask_outliers=config.params.mask_loss_outliers,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,
                      moving_average=moving_average)
@@ -436,6 +450,7 @@ def training_checkpoint(config, save_dir=None):
     policy = set_precision(config.train.dtype_policy)
     transformer = model(config.model, assets(config.data))
     freeze_embeddings(transformer, config.data)  # (the optimizer state of the run's checkpoints)
+    freeze(transformer, config.params)
     built_optimizer = optimizer(config.params, policy)
     built_optimizer.build(transformer.trainable_variables)
     return new_training_checkpoint(transformer, built_optimizer, save_dir=save_dir)

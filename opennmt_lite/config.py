@@ -157,6 +157,7 @@ class DataConfig:
     target_sequence_controls: SequenceControls = section(SequenceControls, optional=True)
     # OpenNMT-tf's older key: read for a side whose own key is unset (see _resolve_controls).
     sequence_controls: SequenceControls = section(SequenceControls, optional=True)
+    tagging_scheme: str = key("str")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +180,10 @@ class ModelConfig:
     position_encoding: str = key("str", choices=POSITION_ENCODINGS)
     share_embeddings: str = key("str", choices=SHARE_EMBEDDINGS + (SHARE_EMBEDDINGS_AUTO,))
     output_layer_bias: bool = key("bool")
+    # OpenNMT-tf's WordEmbedder dropout and its layer wrappers' input dropout: 0 in its
+    # Transformer, reached only by params.dropout (which sets every rate of the model).
+    embedding_dropout: float = key("float")
+    layer_input_dropout: float = key("float")
 
     @property
     def hyperparameters(self):
@@ -205,6 +210,9 @@ OPTIMIZER_KEYS["AdamW"] = OPTIMIZER_KEYS["Adam"] | {"weight_decay"}
 # decay_params of each schedule: (required keys, optional keys).
 DECAY_KEYS = {"NoamDecay": ({"model_dim", "warmup_steps"}, {"scale"}),
               "InvSqrtDecay": ({"warmup_steps"}, {"learning_rate", "initial_learning_rate"})}
+
+
+SCHEDULED_SAMPLING_TYPES = ("constant", "linear", "exponential", "inverse_sigmoid")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -251,6 +259,20 @@ class ParamsConfig:
     # pulled towards data.train_alignments, with this cost and weight.
     guided_alignment_type: str = key("str", None, choices=("ce", "mse"))
     guided_alignment_weight: float = key("float", 1.0, minimum=0, nullable=False)
+    # OpenNMT-tf's override of every dropout rate of the model (model.dropout, attention_dropout,
+    # ffn_dropout, embedding_dropout, layer_input_dropout are set to it by _finalize).
+    dropout: float = key("float")
+    # OpenNMT-tf's layer paths (`encoder/layers/0`, `examples_inputter/features_inputter`...):
+    # those layers are not trained and drop nothing (opennmt_lite/models/freezing.py).
+    freeze_layers: tuple = key("list")
+    # OpenNMT-tf's: examples whose mean token loss is an outlier of their batch (above
+    # Q3 + 1.5 IQR) are left out of the training loss (training/losses.py, `outlier_mask`).
+    mask_loss_outliers: bool = key("bool", False, nullable=False)
+    # Scheduled sampling: checked here, refused to train (Config.check_training), as OpenNMT-tf's
+    # Transformer decoder refuses it; k alone does nothing (INEFFECTIVE_ONMT_KEYS).
+    scheduled_sampling_type: str = key("str", None, choices=SCHEDULED_SAMPLING_TYPES)
+    scheduled_sampling_read_probability: float = key("float")
+    scheduled_sampling_k: float = key("float")
 
 
 MIXED_PRECISION_POLICIES = {"false": "float32", "true": "mixed_float16", "float16": "mixed_float16",
@@ -392,6 +414,14 @@ class Config:
                 raise ConfigError(f"data.{name} must be set to train")
         if not self.train.batch_size:
             raise ConfigError("train.batch_size must be set to train")
+        # OpenNMT-tf computes a sampling probability whenever either key is set (0 for a constant
+        # read probability of 1) and its Transformer decoder then refuses to train.
+        for name in ("scheduled_sampling_type", "scheduled_sampling_read_probability"):
+            if getattr(self.params, name) is not None:
+                raise ConfigError(
+                    f"params.{name}: scheduled sampling is not supported by the Transformer's "
+                    f"decoder (OpenNMT-tf 2.32 refuses it too: \"Scheduled sampling is not "
+                    f"supported by this decoder\"); remove params.{name}")
         # OpenNMT-tf trains without guided alignment, silently, when only one of the two is set.
         if self.data.train_alignments and not self.params.guided_alignment_type:
             raise ConfigError("data.train_alignments is set but params.guided_alignment_type is "
@@ -573,6 +603,11 @@ INEFFECTIVE_ONMT_KEYS = {
     "eval.prefetch_buffer_size": PREFETCH + "eval batches are prepared as they are used",
     "infer.prefetch_buffer_size": PREFETCH + "infer batches are prepared as they are used",
     "score.prefetch_buffer_size": PREFETCH + "score batches are prepared as they are used",
+    "data.tagging_scheme": ("OpenNMT-tf reads it only in its sequence taggers (BIOES tags for "
+                            "their evaluation), and opennmt-lite trains the Transformer"),
+    "params.scheduled_sampling_k": (
+        "it is the constant of a scheduled sampling schedule, which needs "
+        "params.scheduled_sampling_type, refused for the Transformer as in OpenNMT-tf"),
 }
 
 
@@ -727,18 +762,42 @@ def _finalize_regularization(value, source):
     if kind == "l1_l2":
         if not isinstance(scale, list) or len(scale) != 2:
             raise ConfigError(f"{where}.scale: l1_l2 takes a list of 2 scales [l1, l2], got {scale!r}")
-        scales = tuple(_check(s, Key("float", minimum=0, nullable=False), f"{where}.scale")
+        scales = tuple(_check(_number(s), Key("float", minimum=0, nullable=False), f"{where}.scale")
                        for s in scale)
     else:
         scales = [0.0, 0.0]
-        scales[kind == "l2"] = _check(scale, Key("float", minimum=0, nullable=False), f"{where}.scale")
+        scales[kind == "l2"] = _check(_number(scale), Key("float", minimum=0, nullable=False),
+                                      f"{where}.scale")
         scales = tuple(scales)
     return {"type": kind, "scale": scales}
+
+
+def _number(value):
+    """A string Python's float() reads, as a float (OpenNMT-tf calls float() on the regularization
+    scales: YAML reads `1e-4`, without a dot, as a string); anything else unchanged."""
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 # params.decoding_noise: each module's name -> (minimum, maximum) number of arguments.
 NOISE_ARGUMENTS = {"dropout": (1, 1), "replacement": (1, 2), "permutation": (1, 1)}
 NOISE_EXAMPLE = "[{dropout: 0.1}, {replacement: [0.1, ⦅unk⦆]}, {permutation: 3}]"
+
+
+def _finalize_freeze_layers(value, source):
+    """OpenNMT-tf's `params.freeze_layers`: a path or a list of paths -> a tuple of paths (their
+    layers are found when the model is built: opennmt_lite/models/freezing.py)."""
+    if not value:
+        return ()
+    for path in value:
+        if not isinstance(path, str) or not path.strip("/"):
+            raise ConfigError(f"{source}: params.freeze_layers: expected a layer path (such as "
+                              f"encoder/layers/0) or a list of them, got {path!r}")
+    return tuple(value)
 
 
 def _finalize_decoding_noise(params, infer, source):
@@ -783,15 +842,26 @@ def _finalize_decoding_noise(params, infer, source):
     params["decoding_noise"] = tuple(result)
 
 
+DROPOUT_RATES = ("dropout", "attention_dropout", "ffn_dropout", "embedding_dropout",
+                 "layer_input_dropout")
+
+
 def _finalize(config, source):
     model, params, train, evaluation = config["model"], config["params"], config["train"], config["eval"]
+    if params["dropout"] is not None:
+        if not 0.0 <= params["dropout"] < 1.0:
+            raise ConfigError(f"{source}: params.dropout must be in [0, 1), got {params['dropout']}")
+        # (OpenNMT-tf's set_dropout: every dropout attribute of the model, whatever the preset)
+        for name in DROPOUT_RATES:
+            model[name] = params["dropout"]
+    params["freeze_layers"] = _finalize_freeze_layers(params["freeze_layers"], source)
     _finalize_model(model, source)
     if model["share_embeddings"] == SHARE_EMBEDDINGS_AUTO:
         model["share_embeddings"] = _automatic_sharing(config["data"], config["model_dir"])
     # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling; a negative
     # one would keep every unit and scale it down)
-    for section_name, name in (("model", "dropout"), ("model", "attention_dropout"),
-                               ("model", "ffn_dropout"), ("params", "label_smoothing")):
+    for section_name, name in ([("model", rate) for rate in DROPOUT_RATES]
+                               + [("params", "label_smoothing")]):
         value = config[section_name].get(name)
         if value is not None and not 0.0 <= value < 1.0:
             raise ConfigError(f"{source}: {section_name}.{name} must be in [0, 1), got {value}")

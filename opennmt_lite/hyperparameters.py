@@ -46,6 +46,11 @@ class ModelHyperparameters:
     position_encoding: str = "auto"
     share_embeddings: str = "none"
     output_layer_bias: bool = True
+    # OpenNMT-tf's WordEmbedder dropout and TransformerLayerWrapper input dropout (applied to a
+    # sub-layer's input, after the pre-norm): 0 in its Transformer; OpenNMT-tf's params.dropout
+    # sets them with the others.
+    embedding_dropout: float = 0.0
+    layer_input_dropout: float = 0.0
 
     def __post_init__(self):
         for name in ARCHITECTURE:
@@ -56,7 +61,8 @@ class ModelHyperparameters:
             raise ValueError(
                 f"num_units ({self.num_units}) must be divisible by num_heads ({self.num_heads})")
         # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling)
-        for name in ("dropout", "attention_dropout", "ffn_dropout"):
+        for name in ("dropout", "attention_dropout", "ffn_dropout", "embedding_dropout",
+                     "layer_input_dropout"):
             if not 0.0 <= getattr(self, name) < 1.0:
                 raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         for name, choices in (("ffn_activation", FFN_ACTIVATIONS),

@@ -22,7 +22,8 @@ def test_input_pipeline_keys_warn_once_each(tmp_path, caplog):
     values = {"data.export_vocabulary_assets": False, "train.prefetch_buffer_size": 4,
               "train.num_threads": 8, "train.batch_autotune_mode": False,
               "eval.prefetch_buffer_size": 1, "infer.prefetch_buffer_size": 2,
-              "score.prefetch_buffer_size": 3}
+              "score.prefetch_buffer_size": 3, "data.tagging_scheme": "bioes",
+              "params.scheduled_sampling_k": 0.5}
     assert set(values) == set(INEFFECTIVE_ONMT_KEYS)
     user = dict(MINIMAL)
     for name, value in values.items():

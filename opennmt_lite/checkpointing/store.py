@@ -187,16 +187,30 @@ def _optional(name):
     return "dropout_seed" in name or (name.startswith("optimizer/") and name.endswith("_inputter/embedding"))
 
 
+SLOT_PREFIXES = ("optimizer/m/", "optimizer/v/", "optimizer/vhat/", "optimizer/momentum/")
+
+
+def _slot_weight(name):
+    """The model weight path of an optimizer slot's name (`optimizer/m/<path>`), else None."""
+    for slot in SLOT_PREFIXES:
+        if name.startswith(slot):
+            return name[len(slot):]
+    return None
+
+
 def check_shapes(prefix, expected, leftover_under=("model/",), kind="checkpoint"):
     """The one compatibility check: raises CheckpointError naming every variable of `expected`
     ({checkpoint name: shape}) that `prefix` lacks or holds with another shape, and every
     variable stored under one of `leftover_under` that `expected` does not name.
     OpenNMT-tf's optimizer slots (`.OPTIMIZER_SLOT`) are not variables here."""
     stored = {name: shape for name, shape in contents(prefix).items() if "/.OPTIMIZER_SLOT/" not in name}
+    # Weights the checkpoint keeps optimizer slots for: one without any was not trained then
+    # (params.freeze_layers); resumed unfrozen, its slots start at zero, as in OpenNMT-tf.
+    slotted = {_slot_weight(name) for name in stored} - {None}
     problems = []
     for name, shape in expected.items():
         if name not in stored:
-            if not _optional(name):
+            if not _optional(name) and not (slotted and _slot_weight(name) not in (None, *slotted)):
                 problems.append(f"missing in checkpoint: {name} (expected shape {tuple(shape)})")
         elif stored[name] != tuple(shape):
             problems.append(f"shape mismatch: {name} is {stored[name]} in the checkpoint, "

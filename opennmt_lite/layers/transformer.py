@@ -79,13 +79,14 @@ class TransformerLayerWrapper(LayerWrapper):
     pre_norm=False: y = layer_norm(dropout(layer(x)) + x)
     """
 
-    def __init__(self, layer, output_dropout, pre_norm=True, **kwargs):
-        for key in ("normalize_input", "normalize_output", "residual_connection", "input_dropout"):
+    def __init__(self, layer, output_dropout, pre_norm=True, input_dropout=0.0, **kwargs):
+        for key in ("normalize_input", "normalize_output", "residual_connection"):
             kwargs.pop(key, None)  # fixed by pre_norm; present when restored from get_config()
         super().__init__(
             layer,
             normalize_input=pre_norm,
             normalize_output=not pre_norm,
+            input_dropout=input_dropout,
             output_dropout=output_dropout,
             residual_connection=True,
             **kwargs,
@@ -111,7 +112,7 @@ class _TransformerLayer(keras.layers.Layer):
     def _wrapped(self, layer, name):
         return TransformerLayerWrapper(
             layer, self.hyperparameters.dropout, pre_norm=self.hyperparameters.pre_norm,
-            dtype=self.dtype_policy, name=name,
+            input_dropout=self.hyperparameters.layer_input_dropout, dtype=self.dtype_policy, name=name,
         )
 
     def _attention(self, name, memory=False):

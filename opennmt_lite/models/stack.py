@@ -24,7 +24,9 @@ class TransformerStack(keras.layers.Layer):
         self.position_encoder = position_encoder(hyperparameters, self.dtype_policy)
         self.layer_norm = (
             LayerNorm(dtype=self.dtype_policy, name="layer_norm") if hyperparameters.pre_norm else None)
-        self.dropout_seed = make_seed_generator(hyperparameters.dropout)
+        # (an attribute of its own: params.freeze_layers sets a frozen stack's to 0)
+        self.dropout = hyperparameters.dropout
+        self.dropout_seed = make_seed_generator(self.dropout)
 
     def layer_arguments(self, index):
         """The arguments of layer `index` (SelfAttentionEncoderLayer/DecoderLayer)."""
@@ -38,7 +40,7 @@ class TransformerStack(keras.layers.Layer):
         if self.position_encoder is not None:
             x = self.position_encoder(x, positions)
             record("position_encoded_inputs", x)
-        return apply_dropout(x, self.hyperparameters.dropout, self.dropout_seed, training)
+        return apply_dropout(x, self.dropout, self.dropout_seed, training)
 
     def get_config(self):
         config = super().get_config()

@@ -40,13 +40,15 @@ class Transformer(keras.Model):
         self.target_vocabulary_size = target_vocabulary_size
         units = hyperparameters.num_units
         self.source_inputter = WordEmbedder(
-            source_vocabulary_size, units, dtype=self.dtype_policy, name="source_inputter"
+            source_vocabulary_size, units, dropout=hyperparameters.embedding_dropout,
+            dtype=self.dtype_policy, name="source_inputter"
         )
         if hyperparameters.shares_input_embeddings:
             self.target_inputter = self.source_inputter
         else:
             self.target_inputter = WordEmbedder(
-                target_vocabulary_size, units, dtype=self.dtype_policy, name="target_inputter"
+                target_vocabulary_size, units, dropout=hyperparameters.embedding_dropout,
+                dtype=self.dtype_policy, name="target_inputter"
             )
         self.encoder = SelfAttentionEncoder(hyperparameters, dtype=self.dtype_policy, name="encoder")
         self.decoder = SelfAttentionDecoder(

@@ -278,7 +278,10 @@ class Transformer:
             pre_norm=_flag(pre_norm, "pre_norm"),
             position_encoding=_position_encoding(position_encoder_class),
             share_embeddings=_sharing(share_embeddings),
-            output_layer_bias=_flag(output_layer_bias, "output_layer_bias"))
+            output_layer_bias=_flag(output_layer_bias, "output_layer_bias"),
+            # (its WordEmbedders' and layer wrappers' input dropouts: 0, reached only by
+            # params.dropout)
+            embedding_dropout=0.0, layer_input_dropout=0.0)
         try:  # (AUTO is "all" or "target", both valid here, chosen when the config is loaded)
             ModelHyperparameters(**dict(values, share_embeddings=values["share_embeddings"]
                                         .replace(SHARE_EMBEDDINGS_AUTO, "all")))

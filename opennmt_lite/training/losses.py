@@ -1,5 +1,6 @@
-"""Token-level cross-entropy with label smoothing, and the max-margin loss of contrastive
-learning, as OpenNMT-tf computes them."""
+"""Token-level cross-entropy with label smoothing, the masking of outlier examples
+(`params.mask_loss_outliers`), the max-margin loss of contrastive learning and the guided-alignment
+cost, as OpenNMT-tf computes them."""
 
 import tensorflow as tf
 
@@ -26,6 +27,18 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     return tf.nn.softmax_cross_entropy_with_logits(labels=target, logits=logits)
 
 
+def token_cross_entropy(logits, labels, sequence_length, label_smoothing=0.0, training=False):
+    """Per-token loss of the real target tokens and their mask, both [batch, time] float32 (the
+    loss 0 at padding), from logits [batch, time, vocab] (any float dtype; computed in float32),
+    labels [batch, time], sequence_length [batch]. Label smoothing applies in training only, as in
+    OpenNMT-tf."""
+    logits = tf.cast(logits, tf.float32)
+    smoothing = label_smoothing if training else 0.0
+    token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
+    mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(labels)[1], dtype=tf.float32)
+    return token_loss * mask, mask
+
+
 def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing=0.0, training=False,
                                 example_weight=None):
     """Summed cross-entropy over the real target tokens, and their count.
@@ -35,13 +48,42 @@ def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing
     in training only, as in OpenNMT-tf. `example_weight` [batch] (`data.example_weights`) scales
     each example's token losses and token count, as OpenNMT-tf's `sequence_weight` does.
     """
-    logits = tf.cast(logits, tf.float32)
-    smoothing = label_smoothing if training else 0.0
-    token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
-    weights = tf.sequence_mask(sequence_length, maxlen=tf.shape(labels)[1], dtype=tf.float32)
+    token_loss, mask = token_cross_entropy(logits, labels, sequence_length, label_smoothing, training)
+    return weighted_sums(token_loss, mask, example_weight)
+
+
+def weighted_sums(token_loss, mask, example_weight=None):
+    """(summed loss [], token count []) of `token_cross_entropy`'s [batch, time] outputs, each
+    example's tokens scaled by `example_weight` [batch] if given."""
     if example_weight is not None:
-        weights *= tf.expand_dims(tf.cast(example_weight, tf.float32), 1)
-    return tf.reduce_sum(token_loss * weights), tf.reduce_sum(weights)
+        weight = tf.expand_dims(tf.cast(example_weight, tf.float32), 1)
+        token_loss, mask = token_loss * weight, mask * weight
+    return tf.reduce_sum(token_loss), tf.reduce_sum(mask)
+
+
+def nearest_percentiles(values, percents):
+    """The `percents` percentiles of values [n] with the nearest-rank rule of
+    tfp.stats.percentile's default interpolation ("nearest"): the sorted value at index
+    round((n - 1) * p / 100), rounding half to even as tf.round does. -> [len(percents)]."""
+    ranked = tf.sort(values)
+    last = tf.cast(tf.shape(values)[0] - 1, tf.float64)
+    indices = tf.round(last * tf.constant(percents, tf.float64) / 100.0)
+    indices = tf.clip_by_value(tf.cast(indices, tf.int32), 0, tf.shape(values)[0] - 1)
+    return tf.gather(ranked, indices)
+
+
+def outlier_mask(example_loss, example_tokens):
+    """`params.mask_loss_outliers`, as OpenNMT-tf's training loss detects outliers: 0 for the
+    examples whose mean token loss exceeds Q3 + 1.5 * (Q3 - Q1) of the batch's mean token
+    losses (Q1, Q3: their 25th and 75th `nearest_percentiles`), 1 for the others.
+
+    example_loss [batch] (summed token losses, label-smoothed as trained, not weighted),
+    example_tokens [batch] -> [batch] float32.
+    """
+    score = example_loss / example_tokens
+    first, third = tf.unstack(nearest_percentiles(score, [25.0, 75.0]))
+    threshold = third + 1.5 * (third - first)
+    return tf.where(score > threshold, 0.0, 1.0)  # (a NaN score is kept, as in OpenNMT-tf)
 
 
 def max_margin_loss(true_sum, true_tokens, negative_sum, negative_tokens, eta=0.1):

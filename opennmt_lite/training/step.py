@@ -31,6 +31,10 @@ guided-alignment cost of that batch (already divided by its target words, times 
 it is then normalised with the cross-entropy, as OpenNMT-tf adds it to its cumulated loss.
 Sub-batches scale their slice's cost by the whole batch's totals, so the sum is unchanged.
 Example weights do not weigh it, and contrastive learning's loss replaces it, as in OpenNMT-tf.
+
+With `mask_outliers` (OpenNMT-tf's `params.mask_loss_outliers`), the examples of a batch whose mean
+token loss is an outlier of that batch (training/losses.py, `outlier_mask`) count in neither the
+summed loss nor the normalizer; a batch cut into sub-batches is judged whole (`outlier_keeps`).
 """
 
 import dataclasses
@@ -42,7 +46,8 @@ import tensorflow as tf
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
 from opennmt_lite.training.losses import (
-    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum, max_margin_loss)
+    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum, max_margin_loss,
+    outlier_mask, token_cross_entropy, weighted_sums)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
@@ -64,22 +69,48 @@ def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
     weighted token count (`average_loss_in_time`) or the sum of the weights. With
     `guided_alignment`, the summed loss includes the guided-alignment cost times `guided_scale`
     (`guided_alignment_scale` of the whole batch this one may be a slice of; not weighted)."""
+    outputs = forward(model, batch, label_smoothing, training)
+    return reduce_loss(batch, outputs, average_loss_in_time, guided_alignment, guided_scale)
+
+
+def forward(model, batch, label_smoothing, training):
+    """-> (token losses [batch, time], token mask [batch, time], attention) of one batch
+    (`token_cross_entropy`; the first head of the last layer's attention)."""
     logits, attention = model(batch, training=training)
+    token_loss, mask = token_cross_entropy(logits, batch["target_ids_out"], batch["target_length"],
+                                           label_smoothing, training)
+    return token_loss, mask, attention
+
+
+def reduce_loss(batch, outputs, average_loss_in_time, guided_alignment=None, guided_scale=None,
+                keep=None):
+    """`compute_loss` from `forward`'s outputs; `keep` [batch]: 0 for the examples masked as
+    outliers (`params.mask_loss_outliers`), which then count in neither sum nor normalizer."""
+    token_loss, mask, attention = outputs
     weight = batch.get("example_weight")
-    loss, tokens = cross_entropy_sequence_loss(
-        logits, batch["target_ids_out"], batch["target_length"],
-        label_smoothing=label_smoothing, training=training, example_weight=weight,
-    )
+    if keep is not None:
+        weight = keep if weight is None else tf.cast(weight, tf.float32) * keep
+    loss, tokens = weighted_sums(token_loss, mask, weight)
     if guided_alignment is not None:
         loss += guided_scale * guided_alignment_sum(
             attention, batch["alignment"], batch["target_length"] - 1, guided_alignment.type)
     if average_loss_in_time:
         normalizer = tokens
     elif weight is not None:
-        normalizer = tf.reduce_sum(weight)
+        normalizer = tf.reduce_sum(tf.cast(weight, tf.float32))
     else:
         normalizer = tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
     return loss, normalizer
+
+
+def outlier_keeps(outputs):
+    """`params.mask_loss_outliers`: the `outlier_mask` of a whole batch from the `forward`
+    outputs of its slices (its statistics are the batch's, however it is cut), split back into
+    one [slice] mask per slice."""
+    token_losses, masks = [o[0] for o in outputs], [o[1] for o in outputs]
+    keep = outlier_mask(tf.concat([tf.reduce_sum(t, axis=-1) for t in token_losses], 0),
+                        tf.concat([tf.reduce_sum(m, axis=-1) for m in masks], 0))
+    return tf.split(keep, [tf.shape(m)[0] for m in masks])
 
 
 def contrastive_sums(model, batch, training):
@@ -121,14 +152,17 @@ def split_batch(batch, parts):
 
 
 def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_time, sub_batches=1,
-                    max_margin_eta=None, guided_alignment=None, regularization=None):
+                    max_margin_eta=None, guided_alignment=None, regularization=None,
+                    mask_outliers=False):
     """-> (gradients of the batch's summed loss (loss-scaled in float16), loss, normalizer).
     Embedding gradients stay IndexedSlices. `sub_batches` > 1: the loss is summed over that many
     slices of the batch (split_batch), computed independently (see the module docstring).
     `max_margin_eta`: contrastive learning's loss instead (normalizer 1). `guided_alignment`: a
     `GuidedAlignment`, whose cost joins the cross-entropy (OpenNMT-tf's). `regularization`:
     (l1, l2) scales of OpenNMT-tf's weight penalty, added once to the batch's summed loss
-    whichever loss it is (training/regularization.py)."""
+    whichever loss it is (training/regularization.py). `mask_outliers`: OpenNMT-tf's
+    `params.mask_loss_outliers` (`outlier_mask`, over the whole batch; not with contrastive
+    learning, whose loss does not use it, as in OpenNMT-tf)."""
     scaled = inner_optimizer(optimizer) is not optimizer
     guided_scale = None
     if guided_alignment is not None:
@@ -142,10 +176,12 @@ def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_ti
             loss = max_margin_loss(*(tf.add_n(list(terms)) for terms in sums), eta=max_margin_eta)
             normalizer = tf.constant(1.0)
         else:
+            outputs = [forward(model, part, label_smoothing, training=True) for part in parts]
+            keeps = outlier_keeps(outputs) if mask_outliers else [None] * len(parts)
             losses, normalizers = zip(*(
-                compute_loss(model, part, label_smoothing, average_loss_in_time, training=True,
-                             guided_alignment=guided_alignment, guided_scale=guided_scale)
-                for part in parts))
+                reduce_loss(part, part_outputs, average_loss_in_time, guided_alignment,
+                            guided_scale, keep)
+                for part, part_outputs, keep in zip(parts, outputs, keeps)))
             loss, normalizer = tf.add_n(losses), tf.add_n(normalizers)
         if regularization is not None:
             loss += weight_penalty(penalized_weights(model), regularization)
@@ -223,9 +259,11 @@ class TrainStep:
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, jit_compile=False, strategy=None, sub_batches=1,
                  max_margin_eta=None, example_weights=False, guided_alignment=None,
-                 regularization=None, clip_gradients=None):
+                 regularization=None, clip_gradients=None, mask_outliers=False):
         """`regularization`: (l1, l2) scales of OpenNMT-tf's weight penalty, or None;
-        `clip_gradients`: the global norm each update's gradient is clipped to, or None."""
+        `clip_gradients`: the global norm each update's gradient is clipped to, or None;
+        `mask_outliers`: params.mask_loss_outliers (see `batch_gradients`)."""
+        self.mask_outliers = mask_outliers
         self.model = model
         # (None: the cross-entropy; else contrastive learning's max-margin loss, see above)
         self.max_margin_eta = max_margin_eta
@@ -262,7 +300,8 @@ class TrainStep:
         grads, loss, normalizer = batch_gradients(
             self.model, self.optimizer, batch, self.label_smoothing, self.average_loss_in_time,
             self.sub_batches, max_margin_eta=self.max_margin_eta,
-            guided_alignment=self.guided_alignment, regularization=self.regularization)
+            guided_alignment=self.guided_alignment, regularization=self.regularization,
+            mask_outliers=self.mask_outliers)
         for accumulator, grad in zip(self.accumulators, grads):
             # Embedding gradients (IndexedSlices) are added densely, as OpenNMT-tf did (replica-
             # local variables have no scatter_add).
