@@ -1165,6 +1165,10 @@ def load_config(paths, overrides=None):
     config = build_config(user, source=source)
     for name, reason in ineffective_keys(config):
         logger.warning("%s: %s has no effect in opennmt-lite (%s)", source, name, reason)
+    if config.params.clip_gradients:  # (a v1 key that OpenNMT-tf 2.32 reads no more)
+        logger.warning("%s: params.clip_gradients clips each update's global gradient norm, as "
+                       "OpenNMT-tf 1.x did; OpenNMT-tf 2.32 ignores the key (it trains without "
+                       "clipping): remove it to train as OpenNMT-tf 2.32 does", source)
     return config
 
 

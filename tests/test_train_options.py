@@ -275,6 +275,25 @@ def test_bad_values_are_one_line_config_errors(section, value, message):
     assert "\n" not in str(error.value)
 
 
+def test_clip_gradients_warns_that_opennmt_tf_2_ignores_it(tmp_path, caplog):
+    """OpenNMT-tf 2.32 reads params.clip_gradients no more (its v1 converter makes it
+    optimizer_params.clipnorm): loading it says, in one line, that opennmt-lite clips."""
+    from opennmt_lite.config import load_config
+
+    path = tmp_path / "clip.yml"
+    path.write_text(json.dumps({"model_dir": str(tmp_path), "auto_config": False,
+                                "model": TINY_MODEL, "params": {"clip_gradients": 5.0}}))
+    with caplog.at_level(logging.WARNING, logger="opennmt_lite"):
+        assert load_config(str(path)).params.clip_gradients == 5.0
+    lines = [r.getMessage() for r in caplog.records if "clip_gradients" in r.getMessage()]
+    assert len(lines) == 1 and "OpenNMT-tf 2.32 ignores the key" in lines[0]
+    caplog.clear()
+    path.write_text(json.dumps({"model_dir": str(tmp_path), "auto_config": False, "model": TINY_MODEL}))
+    with caplog.at_level(logging.WARNING, logger="opennmt_lite"):
+        load_config(str(path))
+    assert not [r for r in caplog.records if "clip_gradients" in r.getMessage()]
+
+
 def test_export_formats_are_wired(tmp_path):
     config = training_config(tmp_path, model=TINY_MODEL, eval={"export_on_best": "loss",
                                                                "export_format": "ctranslate2_int8"})
