@@ -240,14 +240,15 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     return inputs
 
 
-def guided_alignment(params):
-    """The `GuidedAlignment` of the `params` section, or None (check_training has made sure
-    that data.train_alignments comes with it)."""
+def guided_alignment(params, train):
+    """The `GuidedAlignment` of the `params` section (with the `train` section's bucket padding),
+    or None (check_training has made sure that data.train_alignments comes with it)."""
     from opennmt_lite.training.step import GuidedAlignment
 
     if not params.guided_alignment_type:
         return None
-    return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight)
+    return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight,
+                           (train.pad_to_bucket_boundary and train.length_bucket_width) or None)
 
 
 def contrastive_negatives(params, assets):
@@ -417,7 +418,7 @@ def trainer(config, with_evaluation=None):
         example_weights=config.data.example_weights is not None,
         regularization=regularization_scales(config.params),
         clip_gradients=config.params.clip_gradients or None,
-        guided_alignment=guided_alignment(config.params),
+        guided_alignment=guided_alignment(config.params, train),
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,
                      moving_average=moving_average)
