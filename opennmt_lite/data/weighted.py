@@ -107,12 +107,9 @@ def concatenate(corpora):
             "num_source_tokens", "num_target_tokens", "num_source_oov", "num_target_oov")},
         num_shards=stats[0].num_shards, shard_index=stats[0].shard_index,
     )
-    weights = None
-    if corpora[0].weights is not None:
-        weights = np.concatenate([corpus.weights for corpus in corpora])
     return ParallelCorpus(ragged([c.source for c in corpora]), ragged([c.target for c in corpora]),
                           np.concatenate([c.line_index for c in corpora]), total,
-                          corpora[0].source_controls, corpora[0].target_controls, weights=weights)
+                          corpora[0].source_controls, corpora[0].target_controls)
 
 
 def sampling_probabilities(weights, sizes):
@@ -205,14 +202,9 @@ class WeightedTrainingInput(TrainingInput):
         if len(weights) != len(features_files):
             raise DataError(f"data.train_files_weights: {len(weights)} weight(s) for "
                             f"{len(features_files)} training files")
-        weights_files = (as_file_list(example_weights_files) if example_weights_files is not None
-                         else [None] * len(features_files))
-        if len(weights_files) != len(features_files):
-            raise DataError(f"data.example_weights: {len(weights_files)} file(s) for "
-                            f"{len(features_files)} training files")
         corpora, sizes, examples_of_lines, first = [], [], [], 0
         lines_before, example_lines = 0, []  # (the examples' lines in the files end to end)
-        for features, labels, weights_file in zip(features_files, labels_files, weights_files):
+        for features, labels in zip(features_files, labels_files):
             corpus = load_parallel_corpus(
                 features, labels, source_vocabulary=source_vocabulary,
                 target_vocabulary=target_vocabulary, source_tokenizer=source_tokenizer,
@@ -220,20 +212,23 @@ class WeightedTrainingInput(TrainingInput):
                 maximum_labels_length=maximum_labels_length, drop_empty_target=drop_empty_target,
                 num_shards=num_shards, shard_index=shard_index, source_controls=source_controls,
                 target_controls=target_controls)
-            with_example_weights(corpus, weights_file, features)
+            num_lines = count_lines(features)
             # OpenNMT-tf's size of a shard of the file: its lines // num_shards
-            sizes.append(count_lines(features) // num_shards)
+            sizes.append(num_lines // num_shards)
             lines = np.full(corpus.stats.num_lines, -1, dtype=np.int64)
             lines[corpus.line_index // num_shards] = first + np.arange(len(corpus))
             examples_of_lines.append(lines)
             example_lines.append(corpus.line_index + lines_before)
-            lines_before += count_lines(features)
+            lines_before += num_lines
             first += len(corpus)
             corpora.append(corpus)
         super().__init__(corpus=concatenate(corpora), seed=seed,
                          example_lines=np.concatenate(example_lines),
                          maximum_features_length=maximum_features_length,
                          maximum_labels_length=maximum_labels_length, **kwargs)
+        if example_weights_files is not None:  # (one weight per line of the files end to end)
+            self.corpus.weights = example_weights(example_weights_files,
+                                                  features_files)[self.example_lines]
         self.probabilities = sampling_probabilities(weights, sizes)
         buffer = self.sample_buffer_size
         window = buffer if buffer and buffer > 0 else sum(len(e) for e in examples_of_lines)
