@@ -249,6 +249,35 @@ def test_score_prints_what_opennmt_tf_prints(onmt_model, extra, expected):
     assert len(ours) == len(theirs) == 100
 
 
+@pytest.mark.parametrize("target", [{"start": True, "end": True}, {"start": False, "end": True},
+                                    {"start": True, "end": False}])
+def test_score_token_level_keeps_a_row_per_target_piece(onmt_model, target, tmp_path):
+    """score.with_token_level / with_alignments keep OpenNMT-tf's rows, as many as the target's
+    pieces whatever the target controls (its `get_length(ignore_special_tokens=True)`): without
+    a target `</s>` every row is a piece's, so they add up to the NLL. (The controls are given
+    whole: the fixture's score.target-no-*.yml merge into config.yml's {start: true, end: true}
+    and change nothing.)"""
+    from opennmt_lite import build
+    from opennmt_lite.inference.score import score_pairs
+
+    model, assets = onmt_model
+    extra = tmp_path / "controls.yml"
+    extra.write_text(yaml.safe_dump({"data": {"target_sequence_controls": target}}))
+    config = load_config([str(SEQCTL / "config.yml"), str(extra)],
+                         {"model_dir": str(SEQCTL), "auto_config": False, "model": MODEL})
+    controls = config.data.target_sequence_controls
+    assert (controls.start, controls.end) == (target["start"], target["end"])
+    data = build.scoring_input(str(SEQCTL / "test.first100.tok.en"),
+                               str(SEQCTL / "test.first100.tok.de"), config.score, assets,
+                               config.data)
+    scores, token_scores, alignments = score_pairs(model, data, details=True)
+    targets = [line.split() for line in fixture_lines("test.first100.tok.de")]
+    assert [len(row) for row in token_scores] == [len(row) for row in alignments] == [
+        len(tokens) for tokens in targets]
+    if not target["end"]:
+        np.testing.assert_allclose([row.sum() for row in token_scores], scores, rtol=1e-5)
+
+
 def test_ctranslate2_export_adds_the_source_end_itself(onmt_model, tmp_path):
     """The exported model's config.json asks CTranslate2 for the source `</s>` (as its own
     OpenNMT-tf converter does): greedy translations and scores are OpenNMT-tf's. Its attention
