@@ -27,7 +27,6 @@ import threading
 
 import numpy as np
 
-from opennmt_lite.data import batching
 from opennmt_lite.data.corpus import (
     SOURCE_CONTROLS, TARGET_CONTROLS,
     DROP_REASONS, DatasetStats, ParallelCorpus, RaggedIds, load_parallel_corpus)
@@ -242,10 +241,5 @@ class WeightedTrainingInput(TrainingInput):
         examples, rng = self.sampler.window_examples(epoch)
         if self.scheme == "opennmt":
             order = examples[rng.permutation(len(examples))] if self.sample_buffer_size else examples
-            return batching.plan_opennmt_batches(
-                order, self.corpus.source_lengths, self.corpus.target_lengths,
-                batch_size=self.batch_size, batch_type=self.batch_type,
-                batch_size_multiple=self.batch_size_multiple,
-                length_bucket_width=self.length_bucket_width,
-                pad_to_bucket_boundary=bool(self.bucket_width)), np.zeros(0, np.int64)
+            return self._opennmt_batches(order), np.zeros(0, np.int64)
         return planner.plan_epoch(examples, rng=rng, final=False)
