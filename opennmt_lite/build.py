@@ -317,8 +317,8 @@ def evaluator(config, transformer, assets, current_step=0):
 
 def best_model_exporter(config, transformer, assets):
     """The function(directory, step) writing `transformer` (as it is when called) into an empty
-    directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export on best. A format
-    this installation cannot write is a ConfigError now, before training."""
+    directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export
+    on best. A decoding option the format cannot run is refused now, before training."""
     export_format = config.eval.export_format
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
     if export_format == "saved_model":
@@ -338,12 +338,10 @@ def best_model_exporter(config, transformer, assets):
         return lambda directory, step: ctranslate2.export_model(
             transformer, assets, options, config.data, directory, quantization=quantization,
             force=True)
-    try:  # tflite, tflite_float16, tflite_dynamic_range
-        from opennmt_lite.export import tflite
-    except ImportError:
-        raise ConfigError(f"eval.export_format: {export_format} needs the TensorFlow Lite export "
-                          "(opennmt_lite.export.tflite), which this version lacks") from None
-    tflite.check_options(options)  # (a decoding option TFLite cannot run: refused now)
+    from opennmt_lite.export import tflite  # tflite, tflite_float16, tflite_dynamic_range
+
+    # (a decoding option TFLite cannot run: refused now, before training)
+    tflite.check_options(options, config.params.tflite_output_size)
     return lambda directory, step: tflite.export_model(
         transformer, assets, options, config.data, directory,
         quantization=tflite.FORMATS[export_format], output_size=config.params.tflite_output_size,
