@@ -187,15 +187,15 @@ def optimizer(params, dtype_policy="float32"):
     return result
 
 
-def sequence_controls(data):
-    """{"source_controls": ..., "target_controls": ...}: the `Controls` of each side (the `data`
-    section's resolved `*_sequence_controls`; no section: OpenNMT-tf's defaults), as the inputs
-    take them."""
+def sequence_controls(data, sides=("source", "target")):
+    """{"source_controls": ..., "target_controls": ...}: the `Controls` of each of `sides` (the
+    `data` section's resolved `*_sequence_controls`; no section: OpenNMT-tf's defaults), as the
+    inputs take them."""
     if data is None:
         return {}
     return {f"{side}_controls": Controls(getattr(data, f"{side}_sequence_controls").start,
                                          getattr(data, f"{side}_sequence_controls").end)
-            for side in ("source", "target")}
+            for side in sides}
 
 
 def training_inputs(data, train, assets, strategy, negatives=None):
@@ -291,8 +291,7 @@ def inference_input(features_file, infer_config, assets, data=None):
         source_tokenizer=assets.source_tokenizer, batch_size=infer_config.batch_size,
         batch_type=infer_config.batch_type, length_bucket_width=infer_config.length_bucket_width or None,
         maximum_features_length=infer_config.maximum_features_length,
-        **{name: value for name, value in sequence_controls(data).items()
-           if name == "source_controls"},
+        **sequence_controls(data, sides=("source",)),
     )
 
 
