@@ -31,7 +31,7 @@ from opennmt_lite.data.corpus import (
     SOURCE_CONTROLS, TARGET_CONTROLS,
     DROP_REASONS, DatasetStats, ParallelCorpus, RaggedIds, load_parallel_corpus)
 from opennmt_lite.data.pipeline import TrainingInput
-from opennmt_lite.data.text import DataError, as_file_list, count_lines, read_lines
+from opennmt_lite.data.text import DataError, as_file_list, count_lines, parse_number, read_lines
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -48,7 +48,7 @@ def read_example_weights(path, num_lines, data_file):
         values = np.array(lines, dtype=np.float64)
     except ValueError:  # (find the line, with Python's own parser)
         values = None
-    parsed = values if values is not None else [_number(line) for line in lines]
+    parsed = values if values is not None else [parse_number(line) for line in lines]
     for number, (line, value) in enumerate(zip(lines, parsed), start=1):
         if value is None or not np.isfinite(value):
             raise DataError(f"data.example_weights {path}, line {number}: {line!r} is not a "
@@ -57,13 +57,6 @@ def read_example_weights(path, num_lines, data_file):
             raise DataError(f"data.example_weights {path}, line {number}: negative weight "
                             f"{line.strip()}")
     return np.asarray(parsed, dtype=np.float32)
-
-
-def _number(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def example_weights(weights_files, features_files):
