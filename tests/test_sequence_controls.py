@@ -249,33 +249,33 @@ def test_score_prints_what_opennmt_tf_prints(onmt_model, extra, expected):
     assert len(ours) == len(theirs) == 100
 
 
-@pytest.mark.parametrize("target", [{"start": True, "end": True}, {"start": False, "end": True},
-                                    {"start": True, "end": False}])
-def test_score_token_level_keeps_a_row_per_target_piece(onmt_model, target, tmp_path):
-    """score.with_token_level / with_alignments keep OpenNMT-tf's rows, as many as the target's
-    pieces whatever the target controls (its `get_length(ignore_special_tokens=True)`): without
-    a target `</s>` every row is a piece's, so they add up to the NLL. (The controls are given
-    whole: the fixture's score.target-no-*.yml merge into config.yml's {start: true, end: true}
-    and change nothing.)"""
+@pytest.mark.parametrize("tag", ["default", "no-start", "no-end"])
+def test_score_token_level_prints_what_opennmt_tf_prints(onmt_model, tag):
+    """score.with_token_level with target controls given whole (score.token-level.TAG.yml): one
+    value per target piece as OpenNMT-tf prints them (without a `<s>`, the first piece unscored
+    and `</s>`'s value last; without a `</s>`, every value a piece's, adding up to the NLL).
+    (score.target-no-*.yml merge into config.yml's {start: true, end: true}: the default.)"""
     from opennmt_lite import build
-    from opennmt_lite.inference.score import score_pairs
+    from opennmt_lite.inference.score import format_lines, score_pairs
 
     model, assets = onmt_model
-    extra = tmp_path / "controls.yml"
-    extra.write_text(yaml.safe_dump({"data": {"target_sequence_controls": target}}))
-    config = load_config([str(SEQCTL / "config.yml"), str(extra)],
-                         {"model_dir": str(SEQCTL), "auto_config": False, "model": MODEL})
-    controls = config.data.target_sequence_controls
-    assert (controls.start, controls.end) == (target["start"], target["end"])
+    config = fixture_config(f"score.token-level.{tag}.yml")
+    assert config.score.with_token_level
     data = build.scoring_input(str(SEQCTL / "test.first100.tok.en"),
                                str(SEQCTL / "test.first100.tok.de"), config.score, assets,
                                config.data)
-    scores, token_scores, alignments = score_pairs(model, data, details=True)
     targets = [line.split() for line in fixture_lines("test.first100.tok.de")]
-    assert [len(row) for row in token_scores] == [len(row) for row in alignments] == [
-        len(tokens) for tokens in targets]
-    if not target["end"]:
-        np.testing.assert_allclose([row.sum() for row in token_scores], scores, rtol=1e-5)
+    scores, token_scores, _ = score_pairs(model, data, details=True)
+    ours = list(format_lines(scores, targets, token_scores))
+    theirs = fixture_lines(f"score.first100.token-level.{tag}.txt")
+    assert len(ours) == len(theirs) == 100
+    for mine, reference in zip(ours, theirs):
+        (score, text, values), (onmt_score, onmt_text, onmt_values) = (
+            mine.split(" ||| "), reference.split(" ||| "))
+        assert text == onmt_text
+        assert abs(float(score) - float(onmt_score)) <= SCORE_TOLERANCE
+        np.testing.assert_allclose([float(v) for v in values.split()],
+                                   [float(v) for v in onmt_values.split()], atol=SCORE_TOLERANCE)
 
 
 def test_ctranslate2_export_adds_the_source_end_itself(onmt_model, tmp_path):
