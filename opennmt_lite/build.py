@@ -199,15 +199,15 @@ def optimizer(params, dtype_policy="float32"):
     return result
 
 
-def sequence_controls(data):
-    """{"source_controls": ..., "target_controls": ...}: the `Controls` of each side (the `data`
-    section's resolved `*_sequence_controls`; no section: OpenNMT-tf's defaults), as the inputs
-    take them."""
+def sequence_controls(data, sides=("source", "target")):
+    """{"source_controls": ..., "target_controls": ...}: the `Controls` of each of `sides` (the
+    `data` section's resolved `*_sequence_controls`; no section: OpenNMT-tf's defaults), as the
+    inputs take them."""
     if data is None:
         return {}
     return {f"{side}_controls": Controls(getattr(data, f"{side}_sequence_controls").start,
                                          getattr(data, f"{side}_sequence_controls").end)
-            for side in ("source", "target")}
+            for side in sides}
 
 
 def training_inputs(data, train, assets, strategy, negatives=None):
@@ -252,14 +252,15 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     return inputs
 
 
-def guided_alignment(params):
-    """The `GuidedAlignment` of the `params` section, or None (check_training has made sure
-    that data.train_alignments comes with it)."""
+def guided_alignment(params, train):
+    """The `GuidedAlignment` of the `params` section (with the `train` section's bucket padding),
+    or None (check_training has made sure that data.train_alignments comes with it)."""
     from opennmt_lite.training.step import GuidedAlignment
 
     if not params.guided_alignment_type:
         return None
-    return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight)
+    return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight,
+                           (train.pad_to_bucket_boundary and train.length_bucket_width) or None)
 
 
 def contrastive_negatives(params, assets):
@@ -302,8 +303,7 @@ def inference_input(features_file, infer_config, assets, data=None):
         source_tokenizer=assets.source_tokenizer, batch_size=infer_config.batch_size,
         batch_type=infer_config.batch_type, length_bucket_width=infer_config.length_bucket_width or None,
         maximum_features_length=infer_config.maximum_features_length,
-        **{name: value for name, value in sequence_controls(data).items()
-           if name == "source_controls"},
+        **sequence_controls(data, sides=("source",)),
     )
 
 
@@ -328,8 +328,8 @@ def evaluator(config, transformer, assets, current_step=0):
 
 def best_model_exporter(config, transformer, assets):
     """The function(directory, step) writing `transformer` (as it is when called) into an empty
-    directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export on best. A format
-    this installation cannot write is a ConfigError now, before training."""
+    directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export
+    on best. A decoding option the format cannot run is refused now, before training."""
     export_format = config.eval.export_format
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
     if export_format == "saved_model":
@@ -349,12 +349,10 @@ def best_model_exporter(config, transformer, assets):
         return lambda directory, step: ctranslate2.export_model(
             transformer, assets, options, config.data, directory, quantization=quantization,
             force=True)
-    try:  # tflite, tflite_float16, tflite_dynamic_range
-        from opennmt_lite.export import tflite
-    except ImportError:
-        raise ConfigError(f"eval.export_format: {export_format} needs the TensorFlow Lite export "
-                          "(opennmt_lite.export.tflite), which this version lacks") from None
-    tflite.check_options(options)  # (a decoding option TFLite cannot run: refused now)
+    from opennmt_lite.export import tflite  # tflite, tflite_float16, tflite_dynamic_range
+
+    # (a decoding option TFLite cannot run: refused now, before training)
+    tflite.check_options(options, config.params.tflite_output_size)
     return lambda directory, step: tflite.export_model(
         transformer, assets, options, config.data, directory,
         quantization=tflite.FORMATS[export_format], output_size=config.params.tflite_output_size,
@@ -430,7 +428,7 @@ def trainer(config, with_evaluation=None):
         example_weights=config.data.example_weights is not None,
         regularization=regularization_scales(config.params),
         clip_gradients=config.params.clip_gradients or None,
-        guided_alignment=guided_alignment(config.params),
+        guided_alignment=guided_alignment(config.params, train),
         mask_outliers=config.params.mask_loss_outliers,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,

@@ -883,22 +883,22 @@ def _finalize(config, source):
         )
     if train["batch_type"] == "tokens" and not train.get("length_bucket_width"):
         raise ConfigError(f"{source}: train.length_bucket_width must be set with batch_type: tokens")
-    scorers = _finalize_scorers(evaluation, source)
+    metrics = list(LOWER_IS_BETTER) + _finalize_scorers(evaluation, source)
+
+    def check_metric(key, metric):
+        if metric not in metrics:
+            raise ConfigError(
+                f"{source}: {key}: {metric!r} is never computed; choose one of "
+                f"{', '.join(metrics)} (a scorer must also be listed in eval.scorers)")
+
     stopping = evaluation["early_stopping"]
     if stopping is not None:
         evaluation["early_stopping"] = stopping = merge(_defaults(EarlyStopping), stopping)
         if stopping["steps"] is None or stopping["steps"] <= 0:
             raise ConfigError(f"{source}: eval.early_stopping.steps must be a positive integer")
-        metrics = list(LOWER_IS_BETTER) + scorers
-        if stopping["metric"] not in metrics:
-            raise ConfigError(
-                f"{source}: eval.early_stopping.metric: {stopping['metric']!r} is never computed; "
-                f"choose one of {', '.join(metrics)} (a scorer must also be listed in eval.scorers)")
-    best = evaluation["export_on_best"]
-    if best is not None and best not in list(LOWER_IS_BETTER) + scorers:
-        raise ConfigError(
-            f"{source}: eval.export_on_best: {best!r} is never computed; choose one of "
-            f"{', '.join(list(LOWER_IS_BETTER) + scorers)} (a scorer must also be listed in eval.scorers)")
+        check_metric("eval.early_stopping.metric", stopping["metric"])
+    if evaluation["export_on_best"] is not None:
+        check_metric("eval.export_on_best", evaluation["export_on_best"])
     decay = train["moving_average_decay"]
     if decay is not None and decay > 1:
         raise ConfigError(f"{source}: train.moving_average_decay must be at most 1, got {decay}")

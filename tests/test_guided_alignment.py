@@ -159,6 +159,29 @@ def test_train_step_loss_is_opennmt_loss_whole_cut_or_padded(onmt_model, cost_ty
         assert float(loss) == pytest.approx(expected, rel=1e-5), sub_batches
 
 
+def test_mse_with_pad_to_bucket_boundary_averages_over_the_bucket_s_source(onmt_model):
+    """train.pad_to_bucket_boundary pads OpenNMT-tf's batch (attention and gold) to the bucket
+    boundary, over which Keras' mean squared error takes its mean: the same 8 examples padded
+    to 30 (width 10; longest source 18, target 23) give the guided mse times 18 / 30, the
+    cross-entropy unchanged."""
+    import keras
+
+    expected = json.loads((GUIDED / "losses.json").read_text())
+    data = TrainingInput(
+        str(GUIDED / "train.first200.tok.en"), str(GUIDED / "train.first200.tok.de"),
+        source_vocabulary=str(GUIDED / "src-vocab.txt"),
+        target_vocabulary=str(GUIDED / "tgt-vocab.txt"), batch_size=8, batch_type="examples",
+        scheme="opennmt", length_bucket_width=10, pad_to_bucket_boundary=True, alignments=(
+            read_alignments(str(GUIDED / "train.first200.align"),
+                            str(GUIDED / "train.first200.tok.en"))))
+    batch = {name: tf.constant(value) for name, value in data._pad(0, np.arange(8)).items()}
+    assert batch["source_ids"].shape[1] == batch["target_ids_in"].shape[1] == 30
+    cross_entropy = expected["loss_mse"] - expected["guided_mse"]
+    loss = batch_gradients(onmt_model, keras.optimizers.SGD(0.0), batch, 0.1, True,
+                           guided_alignment=GuidedAlignment("mse", 1.0, bucket_width=10))[1]
+    assert float(loss) == pytest.approx(cross_entropy + expected["guided_mse"] * 18 / 30, rel=1e-5)
+
+
 # -- bad input: one line, exit 2 -------------------------------------------------------------
 
 

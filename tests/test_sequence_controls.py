@@ -249,6 +249,35 @@ def test_score_prints_what_opennmt_tf_prints(onmt_model, extra, expected):
     assert len(ours) == len(theirs) == 100
 
 
+@pytest.mark.parametrize("tag", ["default", "no-start", "no-end"])
+def test_score_token_level_prints_what_opennmt_tf_prints(onmt_model, tag):
+    """score.with_token_level with target controls given whole (score.token-level.TAG.yml): one
+    value per target piece as OpenNMT-tf prints them (without a `<s>`, the first piece unscored
+    and `</s>`'s value last; without a `</s>`, every value a piece's, adding up to the NLL).
+    (score.target-no-*.yml merge into config.yml's {start: true, end: true}: the default.)"""
+    from opennmt_lite import build
+    from opennmt_lite.inference.score import format_lines, score_pairs
+
+    model, assets = onmt_model
+    config = fixture_config(f"score.token-level.{tag}.yml")
+    assert config.score.with_token_level
+    data = build.scoring_input(str(SEQCTL / "test.first100.tok.en"),
+                               str(SEQCTL / "test.first100.tok.de"), config.score, assets,
+                               config.data)
+    targets = [line.split() for line in fixture_lines("test.first100.tok.de")]
+    scores, token_scores, _ = score_pairs(model, data, details=True)
+    ours = list(format_lines(scores, targets, token_scores))
+    theirs = fixture_lines(f"score.first100.token-level.{tag}.txt")
+    assert len(ours) == len(theirs) == 100
+    for mine, reference in zip(ours, theirs):
+        (score, text, values), (onmt_score, onmt_text, onmt_values) = (
+            mine.split(" ||| "), reference.split(" ||| "))
+        assert text == onmt_text
+        assert abs(float(score) - float(onmt_score)) <= SCORE_TOLERANCE
+        np.testing.assert_allclose([float(v) for v in values.split()],
+                                   [float(v) for v in onmt_values.split()], atol=SCORE_TOLERANCE)
+
+
 def test_ctranslate2_export_adds_the_source_end_itself(onmt_model, tmp_path):
     """The exported model's config.json asks CTranslate2 for the source `</s>` (as its own
     OpenNMT-tf converter does): greedy translations and scores are OpenNMT-tf's. Its attention

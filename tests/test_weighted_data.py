@@ -298,3 +298,28 @@ def test_build_vocab_reads_every_training_file_and_bad_weights_exit_2(tmp_path, 
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error")]
     assert err == [f"error: data.example_weights {weights[1]}, line 151: 'one' is not a finite "
                    "number"]
+
+
+def test_weighted_batches_carry_the_sequence_controls(files):
+    """Weighted files with sequence controls (a source `<s>` and `</s>`; a target without `<s>`)
+    and contrastive negatives: each batch's sides hold the controls, as the plain input's."""
+    from opennmt_lite.data.corpus import Controls
+    from opennmt_lite.data.vocab import BOS_ID, EOS_ID
+
+    def negatives(ids, rng):  # (the target itself, with its controls: the same padding)
+        return ids
+
+    training_input = weighted_input(files, [1, 1, 1], source_controls=Controls(True, True),
+                                    target_controls=Controls(False, True), negatives=negatives)
+    batch = next(iter(training_input.numpy_batches()))
+    indices = next(training_input.index_batches())
+    pieces = training_input.corpus.source.lengths[indices]  # (the same words on both sides)
+    rows = np.arange(len(indices))
+    np.testing.assert_array_equal(batch["source_length"], pieces + 2)
+    assert (batch["source_ids"][:, 0] == BOS_ID).all()
+    assert (batch["source_ids"][rows, pieces + 1] == EOS_ID).all()
+    np.testing.assert_array_equal(batch["target_length"], pieces)  # (pieces + 1 controls - 1)
+    assert (batch["target_ids_in"][:, 0] > EOS_ID).all()  # (a word: no `<s>`)
+    assert (batch["target_ids_out"][rows, pieces - 1] == EOS_ID).all()
+    for name in ("ids_in", "ids_out", "length"):
+        np.testing.assert_array_equal(batch[f"noisy_target_{name}"], batch[f"target_{name}"])

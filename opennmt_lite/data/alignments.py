@@ -26,6 +26,7 @@ import re
 
 import numpy as np
 
+from opennmt_lite.data.corpus import _ranges
 from opennmt_lite.data.text import DataError, as_file_list, count_lines, read_lines
 
 # One Pharaoh pair; indices of at most 9 digits (anything longer is past any sentence).
@@ -73,10 +74,8 @@ class Alignments:
         """(example position of each pair, pairs [n, 2]) of the global lines `lines`."""
         starts = self.offsets[lines]
         counts = self.offsets[np.asarray(lines) + 1] - starts
-        total = int(counts.sum())
         positions = np.repeat(np.arange(len(lines)), counts)
-        flat = np.repeat(starts - np.cumsum(counts) + counts, counts) + np.arange(total)
-        return positions, self.pairs[flat]
+        return positions, self.pairs[_ranges(starts, counts)]
 
     def check_lengths(self, lines, source_lengths, target_lengths):
         """DataError for the first of `lines` (global 0-based) with a pair past its example's

@@ -20,7 +20,7 @@ import logging
 
 import numpy as np
 
-from opennmt_lite.data.text import DataError
+from opennmt_lite.data.text import DataError, parse_number
 from opennmt_lite.errors import MissingFileError, NotAFileError
 
 logger = logging.getLogger("opennmt_lite")
@@ -93,7 +93,7 @@ def load_pretrained_embeddings(path, vocabulary, embedding_size, *, with_header=
         try:
             vector = np.array(fields[1:], dtype=np.float64)
         except ValueError:
-            bad = next(f for f in fields[1:] if not _is_number(f))
+            bad = next(f for f in fields[1:] if parse_number(f) is None)
             raise EmbeddingFileError(f"{where}: {bad!r} is not a number") from None
         if not np.isfinite(vector).all():
             raise EmbeddingFileError(f"{where}: the vector of {fields[0]!r} holds "
@@ -103,11 +103,3 @@ def load_pretrained_embeddings(path, vocabulary, embedding_size, *, with_header=
     if not vectors:
         raise EmbeddingFileError(f"{key}: {path} holds no vectors")
     return table.astype(np.float32), int(filled.sum())
-
-
-def _is_number(text):
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True

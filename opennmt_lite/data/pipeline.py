@@ -279,12 +279,7 @@ class TrainingInput:
         if self.scheme == "opennmt":
             order = (batching.opennmt_shuffle(examples, self.sample_buffer_size, rng)
                      if self.shuffle else examples)
-            batches = batching.plan_opennmt_batches(
-                order, self.corpus.source_lengths, self.corpus.target_lengths,
-                batch_size=self.batch_size, batch_type=self.batch_type,
-                batch_size_multiple=self.batch_size_multiple,
-                length_bucket_width=self.length_bucket_width,
-                pad_to_bucket_boundary=bool(self.bucket_width))
+            batches = self._opennmt_batches(order)
             dropped = np.zeros(0, np.int64)
             if final and self.bucket_width:  # (the partial buckets OpenNMT-tf drops)
                 kept = np.concatenate(batches) if batches else dropped
@@ -292,6 +287,15 @@ class TrainingInput:
             return batches, dropped
         order = examples[rng.permutation(len(examples))] if self.shuffle else examples
         return planner.plan_epoch(order, rng=rng, final=final)
+
+    def _opennmt_batches(self, order):
+        """OpenNMT-tf's batches of the examples `order` (batching.plan_opennmt_batches)."""
+        return batching.plan_opennmt_batches(
+            order, self.corpus.source_lengths, self.corpus.target_lengths,
+            batch_size=self.batch_size, batch_type=self.batch_type,
+            batch_size_multiple=self.batch_size_multiple,
+            length_bucket_width=self.length_bucket_width,
+            pad_to_bucket_boundary=bool(self.bucket_width))
 
     def index_batches(self, num_epochs=None, skip_batches=0):
         """Yields the example indices (into `corpus`) of each batch; `num_epochs` defaults to

@@ -50,6 +50,14 @@ def count_lines(path):
     return data.count(b"\n") + (1 if data and not data.endswith(b"\n") else 0)
 
 
+def parse_number(text):
+    """float(text), or None where Python cannot read it (to find the field an error names)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
 def as_file_list(files):
     """A list of paths from one path or a list of paths."""
     if isinstance(files, (str, bytes, os.PathLike)):

@@ -27,12 +27,11 @@ import threading
 
 import numpy as np
 
-from opennmt_lite.data import batching
 from opennmt_lite.data.corpus import (
     SOURCE_CONTROLS, TARGET_CONTROLS,
     DROP_REASONS, DatasetStats, ParallelCorpus, RaggedIds, load_parallel_corpus)
 from opennmt_lite.data.pipeline import TrainingInput
-from opennmt_lite.data.text import DataError, as_file_list, count_lines, read_lines
+from opennmt_lite.data.text import DataError, as_file_list, count_lines, parse_number, read_lines
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -49,7 +48,7 @@ def read_example_weights(path, num_lines, data_file):
         values = np.array(lines, dtype=np.float64)
     except ValueError:  # (find the line, with Python's own parser)
         values = None
-    parsed = values if values is not None else [_number(line) for line in lines]
+    parsed = values if values is not None else [parse_number(line) for line in lines]
     for number, (line, value) in enumerate(zip(lines, parsed), start=1):
         if value is None or not np.isfinite(value):
             raise DataError(f"data.example_weights {path}, line {number}: {line!r} is not a "
@@ -58,13 +57,6 @@ def read_example_weights(path, num_lines, data_file):
             raise DataError(f"data.example_weights {path}, line {number}: negative weight "
                             f"{line.strip()}")
     return np.asarray(parsed, dtype=np.float32)
-
-
-def _number(text):
-    try:
-        return float(text)
-    except ValueError:
-        return None
 
 
 def example_weights(weights_files, features_files):
@@ -107,12 +99,9 @@ def concatenate(corpora):
             "num_source_tokens", "num_target_tokens", "num_source_oov", "num_target_oov")},
         num_shards=stats[0].num_shards, shard_index=stats[0].shard_index,
     )
-    weights = None
-    if corpora[0].weights is not None:
-        weights = np.concatenate([corpus.weights for corpus in corpora])
     return ParallelCorpus(ragged([c.source for c in corpora]), ragged([c.target for c in corpora]),
                           np.concatenate([c.line_index for c in corpora]), total,
-                          corpora[0].source_controls, corpora[0].target_controls, weights=weights)
+                          corpora[0].source_controls, corpora[0].target_controls)
 
 
 def sampling_probabilities(weights, sizes):
@@ -205,14 +194,9 @@ class WeightedTrainingInput(TrainingInput):
         if len(weights) != len(features_files):
             raise DataError(f"data.train_files_weights: {len(weights)} weight(s) for "
                             f"{len(features_files)} training files")
-        weights_files = (as_file_list(example_weights_files) if example_weights_files is not None
-                         else [None] * len(features_files))
-        if len(weights_files) != len(features_files):
-            raise DataError(f"data.example_weights: {len(weights_files)} file(s) for "
-                            f"{len(features_files)} training files")
         corpora, sizes, examples_of_lines, first = [], [], [], 0
         lines_before, example_lines = 0, []  # (the examples' lines in the files end to end)
-        for features, labels, weights_file in zip(features_files, labels_files, weights_files):
+        for features, labels in zip(features_files, labels_files):
             corpus = load_parallel_corpus(
                 features, labels, source_vocabulary=source_vocabulary,
                 target_vocabulary=target_vocabulary, source_tokenizer=source_tokenizer,
@@ -220,20 +204,23 @@ class WeightedTrainingInput(TrainingInput):
                 maximum_labels_length=maximum_labels_length, drop_empty_target=drop_empty_target,
                 num_shards=num_shards, shard_index=shard_index, source_controls=source_controls,
                 target_controls=target_controls)
-            with_example_weights(corpus, weights_file, features)
+            num_lines = count_lines(features)
             # OpenNMT-tf's size of a shard of the file: its lines // num_shards
-            sizes.append(count_lines(features) // num_shards)
+            sizes.append(num_lines // num_shards)
             lines = np.full(corpus.stats.num_lines, -1, dtype=np.int64)
             lines[corpus.line_index // num_shards] = first + np.arange(len(corpus))
             examples_of_lines.append(lines)
             example_lines.append(corpus.line_index + lines_before)
-            lines_before += count_lines(features)
+            lines_before += num_lines
             first += len(corpus)
             corpora.append(corpus)
         super().__init__(corpus=concatenate(corpora), seed=seed,
                          example_lines=np.concatenate(example_lines),
                          maximum_features_length=maximum_features_length,
                          maximum_labels_length=maximum_labels_length, **kwargs)
+        if example_weights_files is not None:  # (one weight per line of the files end to end)
+            self.corpus.weights = example_weights(example_weights_files,
+                                                  features_files)[self.example_lines]
         self.probabilities = sampling_probabilities(weights, sizes)
         buffer = self.sample_buffer_size
         window = buffer if buffer and buffer > 0 else sum(len(e) for e in examples_of_lines)
@@ -247,10 +234,5 @@ class WeightedTrainingInput(TrainingInput):
         examples, rng = self.sampler.window_examples(epoch)
         if self.scheme == "opennmt":
             order = examples[rng.permutation(len(examples))] if self.sample_buffer_size else examples
-            return batching.plan_opennmt_batches(
-                order, self.corpus.source_lengths, self.corpus.target_lengths,
-                batch_size=self.batch_size, batch_type=self.batch_type,
-                batch_size_multiple=self.batch_size_multiple,
-                length_bucket_width=self.length_bucket_width,
-                pad_to_bucket_boundary=bool(self.bucket_width)), np.zeros(0, np.int64)
+            return self._opennmt_batches(order), np.zeros(0, np.int64)
         return planner.plan_epoch(examples, rng=rng, final=False)

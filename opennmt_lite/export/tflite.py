@@ -46,7 +46,8 @@ import tempfile
 import tensorflow as tf
 
 from opennmt_lite.errors import UserError
-from opennmt_lite.inference.decoding import END_ID, START_ID, translate
+from opennmt_lite.export.saved_model import add_sequence_controls
+from opennmt_lite.inference.decoding import END_ID, translate
 from opennmt_lite.layers import fast_paths
 
 logger = logging.getLogger("opennmt_lite")
@@ -137,13 +138,8 @@ def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
         if maximum_source_length:
             ids = ids[:maximum_source_length]
         length = tf.math.count_nonzero(ids, dtype=tf.int32)
-        if source_controls is not None and source_controls.start:
-            ids = tf.concat([[START_ID], ids], 0)
-        if source_controls is not None and source_controls.end:
-            # after the last token, over the first padding 0 (or one more position)
-            ids = tf.pad(ids, [[0, 1]])
-            last = length + (1 if source_controls.start else 0)
-            ids = tf.where(tf.equal(tf.range(tf.size(ids)), last), END_ID, ids)
+        if source_controls is not None:  # (`</s>` over the first padding 0, or one more position)
+            ids = add_sequence_controls(ids[tf.newaxis], length[tf.newaxis], source_controls)[0][0]
         # No id: one padding id (0 source positions would leave TFLite's ops empty tensors);
         # the output is then 0s, below.
         ids = tf.pad(ids, [[0, tf.maximum(1 - tf.size(ids), 0)]])

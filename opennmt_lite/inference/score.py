@@ -13,12 +13,16 @@ detokenized), exactly OpenNMT-tf's format. Then, as OpenNMT-tf's `format_transla
   attention that predicted token i; `hard`, `SOURCE-TARGET` pairs of the most attended source
   position; `soft`, each row's vector over the batch's padded source positions (`%.6f`, rows
   separated by ` ; `), so its width depends on the batch, as OpenNMT-tf's does.
+Both keep as many rows as the target has pieces (OpenNMT-tf's length without special tokens):
+with other `data.target_sequence_controls` these are the first rows the decoder computes
+(without a target `</s>`, every row; without a `<s>`, the last is `</s>`'s).
 """
 
 import numpy as np
 import tensorflow as tf
 
 from opennmt_lite.data import batch_signature
+from opennmt_lite.data.corpus import num_controls
 from opennmt_lite.inference.translate import format_alignment
 
 
@@ -55,8 +59,10 @@ def score_pairs(model, evaluation_input, details=False):
             continue
         values, cross_entropy, attention = (value.numpy() for value in values)
         scores[batch["index"]] = values
+        # (OpenNMT-tf's length without the special tokens: the target's pieces, the rows kept)
+        pieces = batch["target_length"] + 1 - num_controls(evaluation_input.corpus.target_controls)
         for row, index in enumerate(batch["index"]):
-            tokens = int(batch["target_length"][row]) - 1  # without </s>
+            tokens = int(pieces[row])
             token_scores[index] = cross_entropy[row, :tokens]
             alignments[index] = attention[row, :tokens]
     if not details:

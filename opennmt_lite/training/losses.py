@@ -132,7 +132,8 @@ def guided_alignment_scale(word_length, source_length, cost_type, weight):
     normalisation (by tokens or examples of the whole update), as in OpenNMT-tf. An update is
     made of whole batches, so a batch cut into sub-batches is scaled by its own totals.
 
-    word_length [batch] (target words, without `</s>`), source_length [batch] -> [] float32.
+    word_length [batch] (target words, without `</s>`), source_length [batch] (or [], the padded
+    source length) -> [] float32.
     """
     scale = tf.math.divide_no_nan(
         tf.cast(weight, tf.float32), tf.cast(tf.reduce_sum(word_length), tf.float32))

@@ -56,10 +56,23 @@ logger = logging.getLogger("opennmt_lite")
 @dataclasses.dataclass(frozen=True)
 class GuidedAlignment:
     """`params.guided_alignment_type` ("ce" or "mse") and `params.guided_alignment_weight`: the
-    batches then hold "alignment", their gold matrices (see data/alignments.py)."""
+    batches then hold "alignment", their gold matrices (see data/alignments.py).
+    `bucket_width`: train.length_bucket_width when train.pad_to_bucket_boundary is set (else
+    None); OpenNMT-tf's "mse" then averages over the source padded to the bucket boundary."""
 
     type: str
     weight: float = 1.0
+    bucket_width: int = None
+
+    def source_time(self, batch):
+        """What "mse" averages a batch's rows over: its longest source, or with `bucket_width`
+        the length both sides of the batch are padded to (batching.padded_lengths' rule;
+        pad_to_multiple, which OpenNMT-tf lacks, left out)."""
+        if not self.bucket_width:
+            return batch["source_length"]
+        longest = tf.maximum(tf.reduce_max(batch["source_length"]),
+                             tf.reduce_max(batch["target_length"]))
+        return -(-longest // self.bucket_width) * self.bucket_width
 
 
 def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
@@ -167,7 +180,7 @@ def batch_gradients(model, optimizer, batch, label_smoothing, average_loss_in_ti
     guided_scale = None
     if guided_alignment is not None:
         guided_scale = guided_alignment_scale(
-            batch["target_length"] - 1, batch["source_length"], guided_alignment.type,
+            batch["target_length"] - 1, guided_alignment.source_time(batch), guided_alignment.type,
             guided_alignment.weight)
     with tf.GradientTape() as tape:
         parts = split_batch(batch, sub_batches) if sub_batches > 1 else [batch]
