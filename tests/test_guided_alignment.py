@@ -437,11 +437,12 @@ def guided_config(tmp_path, params=None, infer=None):
 
 @pytest.mark.parametrize("name", ["beam1.scores.hard", "beam4.scores.hard",
                                   "beam4.replace.scores.hard", "beam1.replace.scores.soft",
-                                  "beam4.scores.soft"])
+                                  "beam4.scores.soft", "beam4.coverage0.2.length0.6.scores.hard"])
 def test_infer_prints_opennmt_lines(tmp_path, name):
     """`onmt-main infer` of OpenNMT-tf's guided model with each infer-*.yml of the fixture (hard
     and soft alignments, scores, replace_unknown_target, beam 1 and 4): the same lines (>= 99/100
-    texts and hard alignments identical, scores within 1e-4, soft values within 1e-5)."""
+    texts and hard alignments identical, scores within 1e-4, soft values within 1e-5); also with
+    coverage_penalty 0.2 and length_penalty 0.6."""
     import yaml
 
     from opennmt_lite import build
@@ -460,6 +461,30 @@ def test_infer_prints_opennmt_lines(tmp_path, name):
     equal = compare_fields(ours, theirs, config.infer.with_alignments)
     print(f"{name}: {equal}/100 lines identical")
     assert equal >= 99
+
+
+@pytest.mark.parametrize("options, alignment", [("token_level.hard", "hard"), ("soft", "soft")])
+def test_score_prints_opennmt_lines(tmp_path, monkeypatch, options, alignment):
+    """`onmt-main score` of the references with OpenNMT-tf's guided model, with_token_level and
+    hard alignments, or soft ones: OpenNMT-tf's lines (>= 99/100 tokens identical, NLL and token
+    scores within 1e-4, hard alignments equal, soft values within 1e-5)."""
+    import shutil
+
+    from opennmt_lite.onmt import main as onmt_main
+    from test_onmt_parity_score import compare, read_lines
+
+    for path in GUIDED.iterdir():  # (onmt-main writes model_description.py beside the model)
+        if path.name.startswith(("ckpt-", "checkpoint", "config", "model", "score.", "test.",
+                                 "src-", "tgt-")):
+            shutil.copyfile(path, tmp_path / path.name)
+    monkeypatch.chdir(tmp_path)
+    assert onmt_main.main([
+        "--model", "model.py", "--config", "config.yml", f"score.{options}.yml",
+        "--checkpoint_path", "ckpt-1500", "score", "--features_file", "test.first100.tok.en",
+        "--predictions_file", "test.first100.tok.de", "--output_file", "ours.txt"]) == 0
+    suffix = ".gz" if alignment == "soft" else ""
+    theirs = read_lines(GUIDED / f"score.first100.ref.{options}.txt{suffix}")
+    assert compare(read_lines(tmp_path / "ours.txt"), theirs, alignment) >= 99
 
 
 @pytest.mark.parametrize("mixed_precision, sub_batches", [("false", 1), ("float16", 2)])
