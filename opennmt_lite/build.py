@@ -318,7 +318,12 @@ def evaluator(config, transformer, assets, current_step=0):
         references_file=config.data.eval_labels_file, eval_config=config.eval,
         directory=os.path.join(config.model_dir, "eval"),
         options=DecodingOptions(beam_width=1,
-                                maximum_decoding_length=config.params.maximum_decoding_length),
+                                maximum_decoding_length=config.params.maximum_decoding_length,
+                                decoding_noise=config.params.decoding_noise,
+                                decoding_subword_token=config.params.decoding_subword_token,
+                                decoding_subword_token_is_spacer=(
+                                    config.params.decoding_subword_token_is_spacer),
+                                seed=config.train.seed),
         current_step=current_step,
         exporter=(best_model_exporter(config, transformer, assets)
                   if config.eval.export_on_best else None),

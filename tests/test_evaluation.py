@@ -47,3 +47,22 @@ def test_evaluator_computes_loss_perplexity_bleu_and_history(tmp_path):
     assert [h["step"] for h in history] == [10, 20]
     # a resumed run reads the history up to its own step
     assert [h["step"] for h in build.evaluator(config, model, assets, current_step=10).history] == [10]
+
+
+def test_evaluation_predictions_carry_the_decoding_noise(tmp_path):
+    """params.decoding_noise reaches the evaluation's translations, as in OpenNMT-tf (whose
+    evaluation decodes through the same noisy path): word dropout changes them, seeded."""
+    config = training_config(tmp_path, model=TINY_MODEL)
+    config = config.replace(params=dataclasses.replace(config.params, maximum_decoding_length=12))
+    assets = build.assets(config.data)
+    model = build.model(config.model, assets)
+    plain = build.evaluator(config, model, assets).translate()
+    noisy_config = config.replace(params=dataclasses.replace(
+        config.params, decoding_noise=(("dropout", (0.5,)),), decoding_subword_token="▁",
+        decoding_subword_token_is_spacer=True))
+    noisy = build.evaluator(noisy_config, model, assets)
+    first, again = noisy.translate(), noisy.translate()
+    assert first == again  # seeded: each evaluation draws the same noise
+    changed = [i for i, (a, b) in enumerate(zip(plain, first)) if a != b]
+    assert len(changed) >= 5
+    assert all(len(first[i].split()) < len(plain[i].split()) for i in changed)  # words dropped
