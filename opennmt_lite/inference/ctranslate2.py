@@ -140,7 +140,7 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
         import ctranslate2
 
         ctranslate2.set_random_seed(options.seed)
-    noiser, noise_draws = options.noiser(), np.random.default_rng(options.seed)
+    noise = options.token_noise()
     results = [None] * len(data.corpus)
     batches = data.batches
     if progress:
@@ -151,7 +151,7 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
         for index, source, output in zip(indices, sources, outputs):
             hypotheses = [_known(tokens, unk_token) for tokens in output.hypotheses]
             # (decoding noise: applied to the tokens as inference.translate does)
-            noisy = [noiser(tokens, noise_draws) for tokens in hypotheses] if noiser else hypotheses
+            noisy = [noise(tokens) for tokens in hypotheses]
             scores = output.scores
             if arguments["length_penalty"] != 0 or arguments["coverage_penalty"] != 0:
                 # CTranslate2 then returns penalized scores: rescore for the plain log-probability.

@@ -155,6 +155,16 @@ class DecodingOptions:
         return WordNoiser.from_config(self.decoding_noise, self.decoding_subword_token,
                                       self.decoding_subword_token_is_spacer)
 
+    def token_noise(self):
+        """tokens -> tokens: decoding_noise applied to each hypothesis in turn, its draws from
+        one generator seeded by `seed` (a new one at each call, so a pass repeats); the tokens
+        unchanged without decoding_noise. What infer, infer --ctranslate2 and evaluation apply."""
+        noiser = self.noiser()
+        if noiser is None:
+            return lambda tokens: tokens
+        draws = np.random.default_rng(self.seed)
+        return lambda tokens: noiser(tokens, draws)
+
 
 def translate(model, source_ids, source_length, options=DecodingOptions(), return_attention=False,
               call_index=0):

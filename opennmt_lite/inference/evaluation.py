@@ -51,11 +51,9 @@ def early_stop(values, steps, min_improvement, higher_is_better):
     return not any(improved)
 
 
-def detokenize(ids, length, assets, noiser=None, noise_draws=None):
+def detokenize(ids, length, assets, noise=None):
     tokens = assets.target_vocabulary.to_tokens(np.asarray(ids)[: int(length)])
-    if noiser:  # (params.decoding_noise: OpenNMT-tf noises its evaluation predictions too)
-        tokens = noiser(tokens, noise_draws)
-    return assets.target_tokenizer.detokenize(tokens)
+    return assets.target_tokenizer.detokenize(noise(tokens) if noise else tokens)
 
 
 class Evaluator:
@@ -78,7 +76,7 @@ class Evaluator:
         self.references = read_lines(references_file)
         self._loss = tf.function(self._batch_loss, input_signature=[batch_signature()])
         self._decode = translation_function(model, options)
-        self.noiser, self.noise_seed = options.noiser(), options.seed
+        self.options = options
         self.writer = tf.summary.create_file_writer(self.directory)
         self.history_path = os.path.join(self.directory, "history.jsonl")
         self.history = self._read_history(current_step)
@@ -107,13 +105,14 @@ class Evaluator:
     def translate(self):
         """Greedy translations of the evaluation sources, detokenized, in file order."""
         predictions = [None] * len(self.references)
-        noise_draws = np.random.default_rng(self.noise_seed)  # (the same draws at each evaluation)
+        # (params.decoding_noise, as OpenNMT-tf noises its evaluation predictions; the same
+        # draws at each evaluation)
+        noise = self.options.token_noise()
         for batch in self.input.numpy_batches():
             result = self._decode(batch["source_ids"], batch["source_length"])
             ids, lengths = result.ids.numpy()[:, 0], result.lengths.numpy()[:, 0]
             for index, row, length in zip(batch["index"], ids, lengths):
-                predictions[int(index)] = detokenize(row, length, self.assets, self.noiser,
-                                                     noise_draws)
+                predictions[int(index)] = detokenize(row, length, self.assets, noise)
         return predictions
 
     def __call__(self, step):

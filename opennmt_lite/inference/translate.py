@@ -44,7 +44,7 @@ def translate_file(model, assets, inference_input, options, progress=True, align
     replace_unknown = options.replace_unknown_target
     decode = translation_function(model, options, return_attention=bool(alignments or replace_unknown))
     vocabulary = assets.target_vocabulary
-    noiser, noise_draws = options.noiser(), np.random.default_rng(options.seed)
+    noise = options.token_noise()
     results = [None] * len(data.corpus)
     batches = data.numpy_batches()
     if progress:
@@ -66,9 +66,7 @@ def translate_file(model, assets, inference_input, options, progress=True, align
                         tokens = replace_unknown_tokens(
                             tokens, hypothesis == vocabulary.oov_id, data.corpus.tokens[int(index)],
                             alignment, first=int(bool(data.corpus.source_controls.start)))
-                    if noiser:
-                        tokens = noiser(tokens, noise_draws)
-                    text = assets.target_tokenizer.detokenize(tokens)
+                    text = assets.target_tokenizer.detokenize(noise(tokens))
                     hypotheses.append((text, float(scores[row, k]))
                                       + ((alignment,) if alignments else ()))
                 results[int(index)] = hypotheses
