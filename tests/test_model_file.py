@@ -178,8 +178,11 @@ REFUSED = {
     "embedding size": ("import opennmt\n\n\ndef model():\n    source = opennmt.inputters.WordEmbedder(embedding_size=32)\n"
                        "    return opennmt.models.Transformer(source_inputter=source, num_units=64, num_heads=2)\n",
                        5, "embedding_size=32"),
-    "embedding dropout": ("import opennmt\nx = opennmt.inputters.WordEmbedder(embedding_size=512, dropout=0.1)\n",
-                          2, "dropout"),
+    "embedding dropouts differ": ("import opennmt\n\n\ndef model():\n    return opennmt.models.Transformer(\n"
+                                  "        source_inputter=opennmt.inputters.WordEmbedder(512, dropout=0.1))\n",
+                                  6, "dropouts 0.1 (source) and 0.0 (target)"),
+    "embedding dropout not a number": ("import opennmt\nx = opennmt.inputters.WordEmbedder(512, dropout='a')\n",
+                                       2, "WordEmbedder dropout must be a number"),
     "attention reduction": ("import opennmt\nmodel = lambda: opennmt.models.Transformer(attention_reduction="
                             "opennmt.layers.MultiHeadAttentionReduction.AVERAGE_LAST_LAYER)\n", 2,
                             "attention_reduction"),
@@ -197,6 +200,21 @@ REFUSED = {
                                "    def auto_config(self, num_replicas=1):\n        return None\n\n\nmodel = Mine\n",
                                5, "not a dict"),
 }
+
+
+def test_word_embedders_dropout_and_size_from_pretrained_vectors(tmp_path):
+    """WordEmbedder(dropout=r) on both sides is the model's embedding_dropout; WordEmbedder()
+    without embedding_size (OpenNMT-tf: the pretrained vectors' size) is accepted and named, for
+    the configuration to require data.<side>_embedding (tests/test_onmt_main.py)."""
+    source = ("import opennmt\n\n\ndef model():\n"
+              "    source = opennmt.inputters.WordEmbedder(dropout=0.2)\n"
+              "    target = opennmt.inputters.WordEmbedder(embedding_size=64, dropout=0.2)\n"
+              "    return opennmt.models.Transformer(source, target, num_units=64, num_heads=2)\n")
+    result = read(tmp_path, source)
+    assert result["model"]["embedding_dropout"] == 0.2 and result["model"]["dropout"] == 0.1
+    assert result["embedding_sizes_from_files"] == {"source": (str(tmp_path / "model.py"), 5)}
+    plain = read(tmp_path, "import opennmt\nmodel = opennmt.models.TransformerBase\n")
+    assert plain["embedding_sizes_from_files"] == {} and plain["model"]["embedding_dropout"] == 0.0
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED))

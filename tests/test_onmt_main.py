@@ -380,6 +380,27 @@ def test_refused_and_bad_options_are_one_line(tmp_path, capsys):
     assert "missing.py" in err
 
 
+def test_word_embedder_sized_by_pretrained_vectors(tmp_path, capsys):
+    """A model file's WordEmbedder() without embedding_size needs data.source_embedding (as in
+    OpenNMT-tf, which reads the size from it): without one, one line naming the file and line."""
+    model = tmp_path / "model.py"
+    model.write_text("import opennmt\n\n\ndef model():\n    return opennmt.models.Transformer(\n"
+                     "        opennmt.inputters.WordEmbedder(), num_layers=1, num_units=64, num_heads=2,\n"
+                     "        ffn_inner_dim=64)\n")
+    argv = ["--model", str(model), "infer", "--features_file", "x"]
+    err = _error(capsys, ["--config", _small_config(tmp_path)] + argv)
+    assert f"{model}, line 6: WordEmbedder() without embedding_size" in err
+    assert "data.source_embedding" in err and "data.target_embedding" not in err
+    vectors = tmp_path / "vectors.txt"
+    vectors.write_text("a " + " ".join(["0.5"] * 64) + "\n")
+    config = configure("--config", _small_config(tmp_path, data={
+        "source_vocabulary": str(PROJECT / "src-vocab.txt"),
+        "target_vocabulary": str(PROJECT / "tgt-vocab.txt"),
+        "source_embedding": {"path": str(vectors), "with_header": False}}), *argv)
+    assert config.data.source_embedding.path == str(vectors)
+    assert config.model.hyperparameters.num_units == 64
+
+
 def _help_options(text):
     """The option strings of an argparse help text's "options:" section."""
     options, inside_options = set(), False

@@ -281,26 +281,40 @@ def _read_model_file(path):
 
 
 def _model(args, user, model_dir):
-    """(model section override or None, custom auto_config or None, where the model came from)."""
+    """(model section override or None, custom auto_config or None, where the model came from,
+    {side: (file, line)} of the WordEmbedders sized by their pretrained vectors)."""
+    read = {}
     if args.model_type:
-        model, auto_config, origin = {"preset": args.model_type}, None, f"--model_type {args.model_type}"
+        model, origin = {"preset": args.model_type}, f"--model_type {args.model_type}"
     elif args.model:
         read = _read_model_file(args.model)
-        model, auto_config, origin = read["model"], read.get("auto_config"), f"--model {args.model}"
+        model, origin = read["model"], f"--model {args.model}"
     elif user.get("model") is not None:
-        return None, None, "the configuration's model section"
+        return None, None, "the configuration's model section", {}
     elif os.path.isfile(os.path.join(model_dir, DESCRIPTION)):
         path = os.path.join(model_dir, DESCRIPTION)
         logger.info("loading the model description from %s", path)
         read = _read_model_file(path)
-        model, auto_config, origin = read["model"], read.get("auto_config"), path
+        model, origin = read["model"], path
     else:
         raise ModelError("a model configuration is required: set --model or --model_type on "
                          "the command line (or a model section in the configuration)")
     if user.get("model") is not None:
         logger.warning("%s replaces the model section of the configuration (OpenNMT-tf has no "
                        "model section: the command line wins)", origin)
-    return _whole_model_section(_section_values(model, origin)), auto_config, origin
+    return (_whole_model_section(_section_values(model, origin)), read.get("auto_config"), origin,
+            read.get("embedding_sizes_from_files") or {})
+
+
+def _check_pretrained_sizes(config, sizes_from_files):
+    """A WordEmbedder without embedding_size takes the size of its pretrained vectors: refused,
+    as OpenNMT-tf refuses it ("embedding_size must be set"), when data.<side>_embedding is unset."""
+    for side, (file, line) in sorted(sizes_from_files.items()):
+        if getattr(config.data, f"{side}_embedding") is None:
+            where = f"{file}, line {line}" if line else file
+            raise ModelError(f"{where}: WordEmbedder() without embedding_size takes its size from "
+                             f"pretrained embeddings, but the configuration sets no "
+                             f"data.{side}_embedding")
 
 
 def _section_values(model, origin):
@@ -361,7 +375,7 @@ def configure(args):
                        "(%s --auto_config: %s)", user["auto_config"],
                        "with" if auto_config else "without", auto_config)
     overrides = {"model_dir": model_dir, "auto_config": auto_config}
-    model, custom_auto_config, origin = _model(args, user, model_dir)
+    model, custom_auto_config, origin, sizes_from_files = _model(args, user, model_dir)
     if model is not None:
         overrides["model"] = model
     data = _prefixed(args.data_dir, user.get("data") or {}) if args.data_dir else None
@@ -386,6 +400,7 @@ def configure(args):
                               + f" + auto_config() of {origin}")
     else:
         config = load_config(args.config, overrides)
+    _check_pretrained_sizes(config, sizes_from_files)
     _write_description(args, config.model_dir)
     return config
 

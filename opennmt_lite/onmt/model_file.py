@@ -53,12 +53,15 @@ class _Refused(Exception):
 
 
 def read_model_file(path, num_replicas=1):
-    """{"model": {name: value}, "auto_config": dict or None} of an OpenNMT-tf model file.
+    """{"model": {name: value}, "auto_config": dict or None, "embedding_sizes_from_files":
+    {side: (file, line)}} of an OpenNMT-tf model file.
 
     "model" has every hyper-parameter of ModelHyperparameters, OpenNMT-tf's default where the file
     says nothing. "auto_config" is None unless the model's class defines its own `auto_config`;
     then it is what that method returns for `num_replicas` (OpenNMT-tf's YAML keys, the parent's
-    configuration merged under it, as OpenNMT-tf does).
+    configuration merged under it, as OpenNMT-tf does). "embedding_sizes_from_files" names the
+    sides whose WordEmbedder has no embedding_size (where it is made): their size is the
+    pretrained vectors', so the configuration must give data.<side>_embedding.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -88,7 +91,8 @@ def read_model_file(path, num_replicas=1):
                                    where=_definition(type(model).auto_config))
         except (Exception, SystemExit) as error:
             raise ModelFileError(_describe(error, path)) from None
-    return {"model": dict(model._hyperparameters), "auto_config": copy.deepcopy(auto_config)}
+    return {"model": dict(model._hyperparameters), "auto_config": copy.deepcopy(auto_config),
+            "embedding_sizes_from_files": dict(getattr(model, "_embedding_sizes_from_files", {}))}
 
 
 def _call_model(module, path):
@@ -219,14 +223,15 @@ class SinusoidalPositionEncoder:
 
 
 class WordEmbedder:
-    """An embedding table; here its size must be the model's num_units (OpenNMT-tf's default)."""
+    """An embedding table; its size must be the model's num_units (OpenNMT-tf's default), or
+    None: then, as in OpenNMT-tf, the size is the pretrained vectors' (data.*_embedding), which
+    must be given. `dropout` is the model's embedding_dropout (one rate for both sides here)."""
 
     def __init__(self, embedding_size=None, dropout=0.0, **kwargs):
         if kwargs:
             raise _Refused(f"WordEmbedder: {', '.join(sorted(kwargs))} has no meaning in opennmt-lite")
-        if dropout:
-            raise _Refused(f"WordEmbedder: dropout={dropout!r} (embedding dropout) is not implemented")
         self.embedding_size = embedding_size
+        self.dropout = _rate(dropout, "WordEmbedder dropout")
         self.where = _caller()
 
 
@@ -279,15 +284,16 @@ class Transformer:
             position_encoding=_position_encoding(position_encoder_class),
             share_embeddings=_sharing(share_embeddings),
             output_layer_bias=_flag(output_layer_bias, "output_layer_bias"),
-            # (its WordEmbedders' and layer wrappers' input dropouts: 0, reached only by
-            # params.dropout)
-            embedding_dropout=0.0, layer_input_dropout=0.0)
+            embedding_dropout=_embedding_dropout(source_inputter, target_inputter),
+            # (its layer wrappers' input dropouts: 0, reached only by params.dropout)
+            layer_input_dropout=0.0)
         try:  # (AUTO is "all" or "target", both valid here, chosen when the config is loaded)
             ModelHyperparameters(**dict(values, share_embeddings=values["share_embeddings"]
                                         .replace(SHARE_EMBEDDINGS_AUTO, "all")))
         except ValueError as error:
             raise _Refused(str(error)) from None
         self._hyperparameters = values
+        self._embedding_sizes_from_files = _sizes_from_files(source_inputter, target_inputter)
         self._num_units = num_units  # (OpenNMT-tf's attribute, which auto_config overrides read)
 
     def auto_config(self, num_replicas=1):
@@ -332,9 +338,27 @@ def _check_inputter(inputter, num_units):
     if not isinstance(inputter, WordEmbedder):
         raise _Refused(f"{type(inputter).__name__} inputter: only opennmt.inputters.WordEmbedder "
                        f"is implemented")
-    if inputter.embedding_size != num_units:
+    if inputter.embedding_size not in (None, num_units):  # (None: the pretrained file's size)
         raise _Refused(f"WordEmbedder(embedding_size={inputter.embedding_size!r}): the embedding "
                        f"size must be num_units ({num_units}) in opennmt-lite", where=inputter.where)
+
+
+def _embedding_dropout(source_inputter, target_inputter):
+    """The one embedding dropout rate of the two WordEmbedders (0 for a default inputter)."""
+    rates = [inputter.dropout if inputter is not None else 0.0
+             for inputter in (source_inputter, target_inputter)]
+    if rates[0] != rates[1]:
+        where = next(i.where for i in (source_inputter, target_inputter) if i is not None and i.dropout)
+        raise _Refused(f"WordEmbedder dropouts {rates[0]} (source) and {rates[1]} (target): "
+                       f"opennmt-lite has one embedding dropout rate for both sides", where=where)
+    return rates[0]
+
+
+def _sizes_from_files(source_inputter, target_inputter):
+    """{side: (file, line)} of the WordEmbedders without embedding_size."""
+    return {side: inputter.where for side, inputter in
+            (("source", source_inputter), ("target", target_inputter))
+            if inputter is not None and inputter.embedding_size is None}
 
 
 def _activation(function):
