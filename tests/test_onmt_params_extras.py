@@ -253,7 +253,7 @@ def test_paths_follow_opennmt_tf_names(run_user):
         model.encoder.layers[0].ffn.layer.inner]
 
 
-def test_a_shared_table_frozen_in_one_holder_stays_trained(run_user):
+def test_a_shared_table_frozen_in_one_holder_stays_trained(run_user, caplog):
     """share_embeddings: target: the output layer's kernel is the target table; freezing the
     output layer freezes its bias only (OpenNMT-tf collects the table from the inputter)."""
     config = build_config(dict(
@@ -264,13 +264,24 @@ def test_a_shared_table_frozen_in_one_holder_stays_trained(run_user):
     assert model.decoder.output_layer.kernel is model.target_inputter.embedding
     assert model.target_inputter.embedding.trainable
     assert not model.decoder.output_layer.bias.trainable
-    # shared input tables: one layer here, two in OpenNMT-tf: only both can be frozen
-    config = build_config(dict(run_user, model=dict(run_user["model"], share_embeddings="all")))
+    # shared input tables: one layer here, two in OpenNMT-tf, where the other holder keeps the
+    # table trained: freezing one side freezes nothing (a warning); both sides freeze it
+    params = {k: v for k, v in run_user["params"].items() if k != "dropout"}  # (0.3 everywhere)
+    config = build_config(dict(run_user, model=dict(run_user["model"], share_embeddings="all"),
+                               params=dict(params, freeze_layers="labels_inputter")))
     model = build.model(config.model, build.assets(config.data))
     assert find_layers(model, "examples_inputter") == [model.source_inputter] * 2
-    with pytest.raises(ConfigError, match="^params.freeze_layers: 'labels_inputter': with "
+    with caplog.at_level(logging.WARNING, logger="opennmt_lite"):
+        assert find_layers(model, "labels_inputter") == []
+        build.freeze(model, config.params)
+    assert "shared with the other inputter" in caplog.text and "nothing is frozen" in caplog.text
+    assert model.source_inputter.embedding.trainable
+    # ... but one side cannot drop out alone here (params.dropout: 0.3 reaches the embeddings)
+    config = build_config(dict(run_user, model=dict(run_user["model"], share_embeddings="all")))
+    model = build.model(config.model, build.assets(config.data))
+    with pytest.raises(ConfigError, match="^params.freeze_layers: 'features_inputter': with "
                        "model.share_embeddings: all the source and target inputters are one layer"):
-        find_layers(model, "labels_inputter")
+        find_layers(model, "features_inputter")
 
 
 @pytest.mark.parametrize("path, message", [

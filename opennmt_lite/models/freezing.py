@@ -14,9 +14,13 @@ and the output layer with shared embeddings) stays trained, as in OpenNMT-tf, wh
 collects each weight from every trainable layer that holds it.
 """
 
+import logging
+
 import keras
 
 from opennmt_lite.config import ConfigError
+
+logger = logging.getLogger("opennmt_lite")
 
 # OpenNMT-tf's names of the model's inputters -> their attributes here.
 _INPUTTERS = {"features_inputter": "source_inputter", "labels_inputter": "target_inputter"}
@@ -37,11 +41,20 @@ def find_layers(model, path):
                               f"{', '.join(_INPUTTERS)})")
     if parts and parts[0] in _INPUTTERS:
         if model.hyperparameters.shares_input_embeddings:
-            # (one layer here, two in OpenNMT-tf, which would go on training the shared table
-            # and dropping out through the other one)
-            raise ConfigError(f"{where}: with model.share_embeddings: "
-                              f"{model.hyperparameters.share_embeddings} the source and target "
-                              f"inputters are one layer: freeze examples_inputter (both) or neither")
+            # One layer here, two in OpenNMT-tf, whose other holder goes on training the shared
+            # table: freezing one of them leaves the table trained, and its dropout, which
+            # OpenNMT-tf would set to 0 on that side only, is refused unless it is 0 already.
+            if model.hyperparameters.embedding_dropout:
+                raise ConfigError(
+                    f"{where}: with model.share_embeddings: {model.hyperparameters.share_embeddings}"
+                    f" the source and target inputters are one layer here, which cannot drop out "
+                    f"on one side only: freeze examples_inputter (both), or set "
+                    f"model.embedding_dropout: 0")
+            logger.warning("%s: the embedding table is shared with the other inputter "
+                           "(model.share_embeddings: %s), which keeps training it, as in "
+                           "OpenNMT-tf: nothing is frozen", where,
+                           model.hyperparameters.share_embeddings)
+            return []
         parts = [_INPUTTERS[parts[0]]] + parts[1:]
     node = model
     for index, part in enumerate(parts):
