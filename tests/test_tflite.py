@@ -35,7 +35,7 @@ import run
 from conftest import FIXTURES, ONMT_FIXTURE
 from opennmt_lite import build
 from opennmt_lite.config import load_config
-from opennmt_lite.export import tflite
+from opennmt_lite.export import int8_weights, tflite
 from opennmt_lite.inference.decoding import translation_function
 
 CONFIG = FIXTURES / "onmt_fixture.yml"  # params.beam_width: 4
@@ -142,6 +142,27 @@ def test_interpreter_translations_equal_infer(onmt, quantization, beam):
     print(f"{variant_name(quantization, beam)}: {identical}/100 identical to run.py infer")
     assert len(lines) == 100 and sum(len(line.split()) for line in lines) > 500
     assert identical >= MINIMUM_IDENTICAL[quantization, beam]
+
+
+def test_dynamic_range_is_the_smallest(onmt):
+    """int8 weights with their scales (1.5 bytes a weight) against float16's 2 bytes."""
+    _, _, directories, *_ = onmt
+    size = {name: os.path.getsize(directory / tflite.MODEL_FILE) for name, directory in directories.items()}
+    assert size["dynamic_range_beam4"] < 0.9 * size["float16_beam4"] < 0.5 * size["float32_beam4"]
+
+
+def test_int8_weights_round_each_group_to_its_own_scale():
+    """Scales: each group's largest |value| / 127 (a last group shorter, a group of zeros)."""
+    matrix = np.array([[0.504, -1.27, 0.0, 2.54, -0.3], [0, 0, 3.81, -0.01, 0]], np.float32)
+    values, scales = int8_weights.quantize(matrix, group=2)
+    assert values.dtype == np.int8 and scales.dtype == np.float32
+    assert values.tolist() == [[50, -127, 0, 127, -127], [0, 0, 127, 0, 0]]
+    np.testing.assert_allclose(scales, [[0.01, 0.02, 0.3 / 127], [1, 0.03, 1]], rtol=1e-6)
+    restored = int8_weights.dequantize(values, scales).numpy()
+    np.testing.assert_allclose(restored, [[0.5, -1.27, 0, 2.54, -0.3], [0, 0, 3.81, 0, 0]],
+                               rtol=1e-6, atol=1e-7)
+    rows = int8_weights.dequantize(values[[1, 0, 1]][None], scales[[1, 0, 1]][None]).numpy()
+    np.testing.assert_array_equal(rows[0], restored[[1, 0, 1]])  # (rows gathered by ids)
 
 
 def test_model_output_is_ids_end_then_zeros(onmt):

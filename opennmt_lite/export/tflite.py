@@ -46,9 +46,11 @@ import tempfile
 import tensorflow as tf
 
 from opennmt_lite.errors import UserError
+from opennmt_lite.export import int8_weights
 from opennmt_lite.export.saved_model import add_sequence_controls
 from opennmt_lite.inference.decoding import END_ID, translate
 from opennmt_lite.layers import fast_paths
+from opennmt_lite.layers.common import Dense
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -102,7 +104,8 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
     # of `infer` give the source)
     controls = getattr(data, "source_sequence_controls", None)
     content = convert(translation_function(model, options, output_size, maximum_source_length,
-                                           controls), quantization)
+                                           controls, int8=quantization == "dynamic_range"),
+                      quantization)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, MODEL_FILE), "wb") as f:
         f.write(content)
@@ -124,14 +127,16 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
 
 
 def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
-                         maximum_source_length=None, source_controls=None):
+                         maximum_source_length=None, source_controls=None, int8=False):
     """The exported function, traced with the layers' plain formulas: a concrete function
     ids int32 [source_length] -> int32 [output_size] (see the module docstring).
     `source_controls`: with `start` / `end` true, `<s>` / `</s>` are added to the source in the
-    graph (after the cut to `maximum_source_length`), as infer's batches have them."""
+    graph (after the cut to `maximum_source_length`), as infer's batches have them.
+    `int8`: the embeddings and the Dense kernels stored in int8 (int8_weights), computed in
+    float32."""
     steps = min(options.maximum_decoding_length, output_size)
     options = dataclasses.replace(options, maximum_decoding_length=steps)
-    embedded = _GatherNdEmbeddings(model)
+    embedded = _GatherNdEmbeddings(model, int8)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="ids")])
     def translate_ids(ids):
@@ -157,29 +162,87 @@ def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
         # Without source tokens the model would decode from fully masked attention: a guess.
         return tf.where(length > 0, translation, tf.zeros_like(translation))
 
-    with _plain_formulas():
+    with _plain_formulas(), embedded.tracing():
         return translate_ids.get_concrete_function()
 
 
 class _GatherNdEmbeddings:
     """The model as `translate` uses it (encode, target_inputter, decoder), its embedding rows
-    read with gather_nd (see the module docstring); the rest is the model's own layers."""
+    read with gather_nd (see the module docstring); the rest is the model's own layers.
 
-    def __init__(self, model):
+    With `int8`, while `tracing`: the embedding tables and the Dense kernels are int8 constants
+    and their scales (int8_weights, quantized once); `encode` computes every kernel in float32,
+    once per sentence before the decoding loop (which captures them), from int8 values read with
+    gather_nd on indices that depend on the input, so that the converter can fold nothing back
+    into a float32 constant (which it would quantize again, or store in float32)."""
+
+    def __init__(self, model, int8=False):
         self._model = model
         self.decoder = model.decoder
+        self._int8 = int8
+        self._dense = [layer for part in (model.encoder, model.decoder)
+                       for layer in part._flatten_layers(include_self=False)
+                       if isinstance(layer, Dense)] if int8 else []
+        self._kernels = {}  # Dense layer -> its own kernel (a variable), while tracing
+        self._stored = {}  # id(variable) -> (int8 values, scales) [channels, inputs]
+        self._constants = {}  # id(variable) -> their constants in the graph being traced
+
+    @contextlib.contextmanager
+    def tracing(self):
+        """Quantizes the weights (eagerly, before the trace); puts the layers' own kernels back
+        after it."""
+        self._kernels = {layer: layer.kernel for layer in self._dense}
+        if self._int8:
+            matrices = [(layer.kernel, layer.transpose) for layer in self._dense] + [
+                (inputter.embedding, True)
+                for inputter in (self._model.source_inputter, self._model.target_inputter)]
+            for variable, channels_first in matrices:
+                if id(variable) not in self._stored:
+                    matrix = variable.numpy()
+                    self._stored[id(variable)] = int8_weights.quantize(
+                        matrix if channels_first else matrix.T)
+        self._constants = {}
+        try:
+            yield
+        finally:
+            for layer, kernel in self._kernels.items():
+                object.__setattr__(layer, "kernel", kernel)
+            self._constants = {}
 
     def encode(self, ids, length, training=None):
+        no_offset = tf.minimum(tf.size(ids), 0)  # (0, which the converter cannot know)
+        for layer, variable in self._kernels.items():
+            # A kernel [inputs, outputs] has its output channels as columns; a transposed one
+            # (the output layer sharing the target embedding [vocab, depth]) as rows.
+            values, scales = self._int8_constants(variable)
+            channels = tf.range(values.shape[0]) + no_offset
+            kernel = int8_weights.dequantize(tf.gather_nd(values, channels[:, None]), scales)
+            object.__setattr__(layer, "kernel", kernel if layer.transpose else tf.transpose(kernel))
+        if self._int8:  # (made here, outside the loop whose steps read the target table)
+            self._int8_constants(self._model.target_inputter.embedding)
         embedded = self._rows(self._model.source_inputter, ids)
         return self._model.encoder(embedded, sequence_length=length, training=False)
 
     def target_inputter(self, ids):
         return self._rows(self._model.target_inputter, ids)
 
-    @staticmethod
-    def _rows(embedder, ids):
-        rows = tf.gather_nd(embedder.embedding, tf.expand_dims(ids, -1))
+    def _rows(self, embedder, ids):
+        indices = tf.expand_dims(ids, -1)
+        if self._int8:
+            values, scales = self._int8_constants(embedder.embedding)
+            rows = int8_weights.dequantize(tf.gather_nd(values, indices),
+                                           tf.gather_nd(scales, indices))
+        else:
+            rows = tf.gather_nd(embedder.embedding, indices)
         return tf.cast(rows, embedder.compute_dtype)
+
+    def _int8_constants(self, variable):
+        """The int8 values and scales of `variable` [channels, inputs] as constants of the graph
+        being traced (one copy for a table the output layer shares)."""
+        key = id(variable)
+        if key not in self._constants:
+            self._constants[key] = tuple(tf.constant(array) for array in self._stored[key])
+        return self._constants[key]
 
 
 def convert(concrete, quantization=None):
