@@ -155,11 +155,16 @@ def test_int8_weights_round_each_group_to_its_own_scale():
     assert values.dtype == np.int8 and scales.dtype == np.float32
     assert values.tolist() == [[50, -127, 0, 127, -127], [0, 0, 127, 0, 0]]
     np.testing.assert_allclose(scales, [[0.01, 0.02, 0.3 / 127], [1, 0.03, 1]], rtol=1e-6)
-    restored = int8_weights.dequantize(values, scales).numpy()
+    restored = int8_weights.dequantize(values, scales, group=2).numpy()
     np.testing.assert_allclose(restored, [[0.5, -1.27, 0, 2.54, -0.3], [0, 0, 3.81, 0, 0]],
                                rtol=1e-6, atol=1e-7)
-    rows = int8_weights.dequantize(values[[1, 0, 1]][None], scales[[1, 0, 1]][None]).numpy()
+    rows = int8_weights.dequantize(values[[1, 0, 1]][None], scales[[1, 0, 1]][None], 2).numpy()
     np.testing.assert_array_equal(rows[0], restored[[1, 0, 1]])  # (rows gathered by ids)
+    row = np.linspace(-1, 1, 20, dtype=np.float32)[None]  # groups of 8, 8 and 4 (GROUP 8)
+    values, scales = int8_weights.quantize(row)
+    assert scales.shape == (1, 3)
+    np.testing.assert_allclose(int8_weights.dequantize(values, scales).numpy(), row,
+                               atol=scales.max() / 2)
 
 
 def test_model_output_is_ids_end_then_zeros(onmt):

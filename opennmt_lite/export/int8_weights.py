@@ -29,12 +29,12 @@ def quantize(matrix, group=None):
     return values.reshape(channels, groups * group)[:, :inputs], scales
 
 
-def dequantize(values, scales):
+def dequantize(values, scales, group=None):
     """float32 [..., inputs] of int8 `values` [..., inputs] and their `scales`
-    [..., ceil(inputs / group)] (tensors; the group size follows from the shapes)."""
+    [..., ceil(inputs / group)] (tensors or arrays), `group` as given to `quantize`."""
     inputs = values.shape[-1]
-    groups = scales.shape[-1]
-    group = -(-inputs // groups)
+    group = min(group or GROUP, inputs)
+    groups = -(-inputs // group)
     rank = len(values.shape)
     values = tf.cast(values, tf.float32)
     if groups * group != inputs:  # the last group is short: zeros after it
