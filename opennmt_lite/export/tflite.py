@@ -21,14 +21,36 @@ TensorFlow or opennmt-lite).
 How it is made: the function's variables are frozen into constants, then converted with TFLite's
 builtin ops only (the pip runtime, ai-edge-litert, has no Select-TF ops), the layers' fast paths
 off (their fused ops have no TFLite kernel). Embedding rows are read with gather_nd, as in
-OpenNMT-tf's TFLite mode: dynamic-range quantization leaves such a table in float32, where it
-would quantize a Gather's table to int8 with one scale for the whole table (measured on the
-OpenNMT-tf fixture, greedy: 94/100 translations identical to infer's, 98/100 with float32
-tables).
+OpenNMT-tf's TFLite mode (the converter's dynamic-range quantization would give a Gather's table
+one int8 scale for the whole table: greedy 94/100 identical to infer's on the fixture below).
 
-Quantization: float16 stores the weights in float16 (computed in float32); dynamic_range stores
-the matrix products' weights in int8 (one scale per output channel; activations quantized on
-the fly), the embeddings in float32.
+Quantization: float16 stores the weights in float16 (computed in float32). dynamic_range stores
+the encoder's weights in 8 bits, as OpenNMT-tf's does every matrix: the source embeddings and the
+encoder's Dense kernels as int8 values with one scale per 8 values along each output channel's
+inputs (int8_weights; 1.25 bytes a weight with the scales in float16), computed in float32 once
+per sentence (weight-only: activations stay float32); the decoder's weights, run at every step
+of every beam, where rounding errors add up and flip the near-ties of a beam's choices, in
+float16 as `tflite_float16` (the converter stores every float constant left in float16; the
+int8 values are read with gather_nd on indices it cannot fold, so that it keeps them). Measured
+on OpenNMT-tf's relative-position fixture (tests/test_tflite.py: 100 test sentences, then 199
+cut and spliced from them), identical to infer's, beam 4 / greedy, and the size (float32
+1.50 MB; * weight-only, in TensorFlow with the rounded weights, the same float32 arithmetic):
+
+    converter's dynamic range (int8 kernels, activations    94 / 98, 186 / 178   0.88 MB
+      int8 on the fly, embeddings float32; the export before)
+    every matrix int8, one scale per output channel (*)     95 / 94, 190 / 179
+    every matrix int8, one scale per 8 values               97 / 94, 194 / 191   0.72 MB
+    the same, scales in float16, per 4 values               95 / 96, 196 / 191   0.72 MB
+    embeddings and output layer float16, the rest per 8     95 / 99, 195 / 194   0.75 MB
+    encoder int8 per 8, decoder float16 (kept)              99 / 99, 197 / 197   0.77 MB
+    float16                                                 99 / 100, 198 / 197  0.85 MB
+
+The weights' rounding, not the activations', moves the translations: this 64-unit model has 6
+of its 100 greedy translations within 0.005 of log-probability of another choice at some step,
+and no 8-bit rounding of the decoder tried (per channel, per 16, 8 or 4 values, GPTQ's
+output-error rounding on sampled inputs) stayed clear of them. In the interpreter it translates
+at float16's speed, about 1.3 times the time of the converter's dynamic range (whose int8 matrix
+products are faster) on this model.
 
 Not exportable (ExportError, checked before anything is built or written): random sampling
 (`params.sampling_topk` != 1: its stateless random ops have no TFLite kernel), `infer.n_best` > 1
@@ -46,9 +68,11 @@ import tempfile
 import tensorflow as tf
 
 from opennmt_lite.errors import UserError
+from opennmt_lite.export import int8_weights
 from opennmt_lite.export.saved_model import add_sequence_controls
 from opennmt_lite.inference.decoding import END_ID, translate
 from opennmt_lite.layers import fast_paths
+from opennmt_lite.layers.common import Dense
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -102,7 +126,8 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
     # of `infer` give the source)
     controls = getattr(data, "source_sequence_controls", None)
     content = convert(translation_function(model, options, output_size, maximum_source_length,
-                                           controls), quantization)
+                                           controls, int8_encoder=quantization == "dynamic_range"),
+                      quantization)
     os.makedirs(output_dir, exist_ok=True)
     with open(os.path.join(output_dir, MODEL_FILE), "wb") as f:
         f.write(content)
@@ -124,14 +149,16 @@ def export_model(model, assets, options, data, output_dir, quantization=None,
 
 
 def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
-                         maximum_source_length=None, source_controls=None):
+                         maximum_source_length=None, source_controls=None, int8_encoder=False):
     """The exported function, traced with the layers' plain formulas: a concrete function
     ids int32 [source_length] -> int32 [output_size] (see the module docstring).
     `source_controls`: with `start` / `end` true, `<s>` / `</s>` are added to the source in the
-    graph (after the cut to `maximum_source_length`), as infer's batches have them."""
+    graph (after the cut to `maximum_source_length`), as infer's batches have them.
+    `int8_encoder`: the encoder's Dense kernels and the source embeddings stored in int8
+    (int8_weights), computed in float32."""
     steps = min(options.maximum_decoding_length, output_size)
     options = dataclasses.replace(options, maximum_decoding_length=steps)
-    embedded = _GatherNdEmbeddings(model)
+    embedded = _GatherNdEmbeddings(model, int8_encoder)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.int32, name="ids")])
     def translate_ids(ids):
@@ -157,29 +184,85 @@ def translation_function(model, options, output_size=DEFAULT_OUTPUT_SIZE,
         # Without source tokens the model would decode from fully masked attention: a guess.
         return tf.where(length > 0, translation, tf.zeros_like(translation))
 
-    with _plain_formulas():
+    with _plain_formulas(), embedded.tracing():
         return translate_ids.get_concrete_function()
 
 
 class _GatherNdEmbeddings:
     """The model as `translate` uses it (encode, target_inputter, decoder), its embedding rows
-    read with gather_nd (see the module docstring); the rest is the model's own layers."""
+    read with gather_nd (see the module docstring); the rest is the model's own layers.
 
-    def __init__(self, model):
+    With `int8_encoder`, while `tracing`: the encoder's Dense kernels and the source embedding
+    table are int8 constants and their scales (int8_weights, quantized once); `encode` computes
+    the kernels in float32 from int8 values read with gather_nd on indices that depend on the
+    input, so that the converter can fold nothing back into a float constant (which it would
+    store in float16)."""
+
+    def __init__(self, model, int8_encoder=False):
         self._model = model
         self.decoder = model.decoder
+        # (a source table the target shares is read at every step: not the encoder's alone)
+        decoder_tables = {id(model.target_inputter.embedding)}
+        self._dense = [layer for layer in model.encoder._flatten_layers(include_self=False)
+                       if isinstance(layer, Dense)] if int8_encoder else []
+        self._tables = [model.source_inputter] if int8_encoder and id(
+            model.source_inputter.embedding) not in decoder_tables else []
+        self._kernels = {}  # Dense layer -> its own kernel (a variable), while tracing
+        self._stored = {}  # id(variable) -> (int8 values, scales) [channels, inputs]
+        self._constants = {}  # id(variable) -> their constants in the graph being traced
+
+    @contextlib.contextmanager
+    def tracing(self):
+        """Quantizes the weights (eagerly, before the trace); puts the layers' own kernels back
+        after it."""
+        self._kernels = {layer: layer.kernel for layer in self._dense}
+        matrices = [(layer.kernel, layer.transpose) for layer in self._dense] + [
+            (inputter.embedding, True) for inputter in self._tables]
+        for variable, channels_first in matrices:
+            if id(variable) not in self._stored:
+                matrix = variable.numpy()
+                self._stored[id(variable)] = int8_weights.quantize(
+                    matrix if channels_first else matrix.T)
+        self._constants = {}
+        try:
+            yield
+        finally:
+            for layer, kernel in self._kernels.items():
+                object.__setattr__(layer, "kernel", kernel)
+            self._constants = {}
 
     def encode(self, ids, length, training=None):
+        no_offset = tf.minimum(tf.size(ids), 0)  # (0, which the converter cannot know)
+        for layer, variable in self._kernels.items():
+            # A kernel [inputs, outputs] has its output channels as columns; a transposed one
+            # (a table [vocab, depth] shared as a kernel) as rows.
+            values, scales = self._int8_constants(variable)
+            channels = tf.range(values.shape[0]) + no_offset
+            kernel = int8_weights.dequantize(tf.gather_nd(values, channels[:, None]), scales)
+            object.__setattr__(layer, "kernel", kernel if layer.transpose else tf.transpose(kernel))
         embedded = self._rows(self._model.source_inputter, ids)
         return self._model.encoder(embedded, sequence_length=length, training=False)
 
     def target_inputter(self, ids):
         return self._rows(self._model.target_inputter, ids)
 
-    @staticmethod
-    def _rows(embedder, ids):
-        rows = tf.gather_nd(embedder.embedding, tf.expand_dims(ids, -1))
+    def _rows(self, embedder, ids):
+        indices = tf.expand_dims(ids, -1)
+        if embedder in self._tables:
+            values, scales = self._int8_constants(embedder.embedding)
+            rows = int8_weights.dequantize(tf.gather_nd(values, indices),
+                                           tf.gather_nd(scales, indices))
+        else:
+            rows = tf.gather_nd(embedder.embedding, indices)
         return tf.cast(rows, embedder.compute_dtype)
+
+    def _int8_constants(self, variable):
+        """The int8 values and scales of `variable` [channels, inputs] as constants of the graph
+        being traced."""
+        key = id(variable)
+        if key not in self._constants:
+            self._constants[key] = tuple(tf.constant(array) for array in self._stored[key])
+        return self._constants[key]
 
 
 def convert(concrete, quantization=None):
@@ -206,9 +289,8 @@ def convert(concrete, quantization=None):
                             options=tf.saved_model.SaveOptions(experimental_custom_gradients=False))
         converter = tf.lite.TFLiteConverter.from_saved_model(saved_model)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-        if quantization:
+        if quantization:  # (dynamic_range: the float weights int8_encoder left)
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
-        if quantization == "float16":
             converter.target_spec.supported_types = [tf.float16]
         return converter.convert()
 
