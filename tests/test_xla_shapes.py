@@ -3,9 +3,11 @@ fixed shapes, the token budget kept, every example once, exact resume; and a jit
 step on such a padded batch computes the plain step's loss and gradients."""
 
 import collections
+import os
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from conftest import FIXTURES
@@ -130,3 +132,44 @@ def test_jit_step_on_a_shaped_batch_equals_the_plain_step():
     assert abs(xla_loss - loss) <= 1e-5 * abs(loss)
     scale = max(np.abs(w).max() for w in weights)
     assert max(np.abs(a - b).max() for a, b in zip(weights, xla_weights)) <= 1e-5 * scale
+
+
+def xla_config(tmp_path, **train):
+    from opennmt_lite.config import build_config
+
+    vocabulary = str(DATA / "vocab.txt")
+    return build_config({
+        "model_dir": str(tmp_path), "auto_config": False, "model": {"preset": "TransformerTiny"},
+        "data": {"train_features_file": str(DATA / "train.src"),
+                 "train_labels_file": str(DATA / "train.tgt"),
+                 "source_vocabulary": vocabulary, "target_vocabulary": vocabulary},
+        "train": {"batch_type": "tokens", "batch_size": 256, "jit_compile": True, **train}})
+
+
+def test_the_config_keys_reach_the_training_input(tmp_path, monkeypatch):
+    from opennmt_lite import build
+    from opennmt_lite.config import ConfigError
+
+    config = xla_config(tmp_path, xla_shapes=3)
+    assets = build.assets(config.data)
+    (sorted_input,) = build.training_inputs(config.data, config.train, assets, None)
+    assert len(sorted_input.shape_plan.shapes) == 3
+    assert (sorted_input.shape_plan.sizes % 8 == 0).all()  # OpenNMT-tf's multiple under XLA
+    # the opennmt scheme under XLA is OpenNMT-tf's XLA mode: width >= 8, bucket boundary
+    config = xla_config(tmp_path, batching="opennmt", length_bucket_width=2)
+    (bucketed,) = build.training_inputs(config.data, config.train, assets, None)
+    assert bucketed.shape_plan is None and bucketed.bucket_width == 8
+    widths = {batch["source_ids"].shape[1] % 8 for _, batch in zip(range(20), bucketed.numpy_batches())}
+    assert widths == {0}
+    # without XLA, nothing changes
+    config = xla_config(tmp_path, jit_compile=False)
+    (plain,) = build.training_inputs(config.data, config.train, assets, None)
+    assert plain.shape_plan is None and plain.batch_size_multiple == 1
+    with pytest.raises(ConfigError, match="train.sub_batches=2 with train.jit_compile"):
+        xla_config(tmp_path, sub_batches=2).check_training()
+    monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
+    build.use_xla_cache(str(tmp_path))
+    assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_persistent_cache_directory={tmp_path}/xla_cache"
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/elsewhere")
+    build.use_xla_cache(str(tmp_path))
+    assert os.environ["TF_XLA_FLAGS"] == "--tf_xla_persistent_cache_directory=/elsewhere"
