@@ -1,7 +1,7 @@
 """XLA's steady-state gain, A/B in one process: the same model, the same group of batches,
 one plain train step and one `jit_compile` train step, alternated.
 
-    [LONG=1] [ROUNDS=6] [EXTRA="train.xla_shapes=..."] python bench/xla_steady.py
+    [LONG=1] [ROUNDS=6] [XLA_CACHE=DIR] [EXTRA="model.num_layers=1 ..."] python bench/xla_steady.py
 
 Builds the training benchmark's trainer (bench/configs/train_benchmark.yml; `LONG=1`: on the
 long-sentence cache, `bench/prepare.py --long`), takes its first group of batches (4 batches of
@@ -10,7 +10,9 @@ optimizer, times the first XLA call (the compilations: one program per batch sha
 update), then alternates plain and XLA steps `ROUNDS` times on that group (every shape already
 compiled). Prints one JSON line: the compile seconds, each side's per-step seconds and their
 medians, and the ratio. Both steps update the same weights, so the loss moves on; what is
-compared is the time. Noisy on a shared machine: read the medians.
+compared is the time. Noisy on a shared machine: read the medians. `XLA_CACHE=DIR`: XLA's
+persistent cache in DIR (TF_XLA_FLAGS); run twice, the second process's first XLA step reads
+the programs the first one compiled. `ROUNDS=0`: the first steps only.
 """
 
 import json
@@ -37,6 +39,9 @@ def timed(step, group):
 
 def main():
     rounds = int(os.environ.get("ROUNDS", "6"))
+    if os.environ.get("XLA_CACHE"):
+        os.environ["TF_XLA_FLAGS"] = (
+            f"--tf_xla_persistent_cache_directory={os.environ['XLA_CACHE']}")
     cache = os.path.join(ROOT, "runs", "bench_cache")
     paths = prepare.prepare_long(cache) if os.environ.get("LONG") else prepare.prepare(cache)
     trainer, groups = profile_step.benchmark_trainer(
@@ -57,12 +62,12 @@ def main():
     for _ in range(rounds):
         for name, step in (("plain", plain), ("xla", xla)):
             times[name].append(round(timed(step, group)[0], 3))
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians = {name: statistics.median(values or [float("nan")]) for name, values in times.items()}
     print(json.dumps(dict(
         long=bool(os.environ.get("LONG")), shapes=shapes, tokens_per_step=tokens,
         first_plain_seconds=round(plain_first, 1), first_xla_seconds=round(compile_seconds, 1),
         seconds=times, median_seconds=medians,
-        tokens_per_sec={n: round(tokens / m) for n, m in medians.items()},
+        tokens_per_sec={n: tokens / m for n, m in medians.items()},
         xla_speedup=round(medians["plain"] / medians["xla"], 3))))
     return 0
 
