@@ -419,6 +419,12 @@ def warn_surprises(train, num_replicas=1):
         logger.warning("train.pad_to_bucket_boundary has no effect without train.length_bucket_width "
                        "(no length buckets; as in OpenNMT-tf, batches are padded to their longest "
                        "sequence)")
+    if train.jit_compile and cpu.cpu_features().avx512 and not cpu.gpu_present():
+        logger.warning(
+            "train.jit_compile on an AVX-512 CPU (%s): XLA's train step ran at 0.45x (mean 10 "
+            "pieces) and 0.63x (25 pieces) the plain step's speed on compiled shapes here, before "
+            "its compilations (docs/performance.md, 2026-11-26); jit_compile: false is faster",
+            cpu.cpu_features().describe())
     if train.dtype_policy == "mixed_bfloat16":
         features = cpu.cpu_features()
         if not features.native_bfloat16 and not cpu.gpu_present():

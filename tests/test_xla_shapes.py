@@ -173,3 +173,17 @@ def test_the_config_keys_reach_the_training_input(tmp_path, monkeypatch):
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/elsewhere")
     build.use_xla_cache(str(tmp_path))
     assert os.environ["TF_XLA_FLAGS"] == "--tf_xla_persistent_cache_directory=/elsewhere"
+
+
+def test_jit_compile_warns_on_avx512_cpus(tmp_path, monkeypatch, caplog):
+    from opennmt_lite import build, cpu
+
+    monkeypatch.setattr(cpu, "gpu_present", lambda: False)
+    monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo("flags : avx2 avx512f"))
+    build.warn_surprises(xla_config(tmp_path).train)
+    assert "XLA's train step ran at 0.45x" in caplog.text
+    caplog.clear()
+    build.warn_surprises(xla_config(tmp_path, jit_compile=False).train)
+    monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo("flags : avx2 fma"))
+    build.warn_surprises(xla_config(tmp_path).train)
+    assert "XLA" not in caplog.text
