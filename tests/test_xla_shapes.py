@@ -187,3 +187,12 @@ def test_jit_compile_warns_on_avx512_cpus(tmp_path, monkeypatch, caplog):
     monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo("flags : avx2 fma"))
     build.warn_surprises(xla_config(tmp_path).train)
     assert "XLA" not in caplog.text
+
+
+def test_long_sentences_coarsen_the_grid():
+    rng = np.random.default_rng(1)
+    source, target = rng.integers(1, 2000, 5000), rng.integers(1, 2000, 5000)
+    plan = ShapePlan(source, target, batch_size=4096, max_shapes=16, length_multiple=4)
+    assert plan.length_multiple > 4 and len(plan.shapes) == 16
+    held = plan.shapes[plan.example_shape]
+    assert (held[:, 0] >= source).all() and (held[:, 1] >= target).all()

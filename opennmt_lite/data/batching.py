@@ -378,7 +378,11 @@ class ShapePlan:
 
     Arrays: `shapes` [K, 2] (source, target) lengths, `sizes` [K] examples per batch,
     `example_shape` [examples] the shape of each example, `counts` [K] its examples.
+    With more than MAX_CELLS occupied cells (very long sentences), the grid is doubled until
+    they fit (`length_multiple` holds the grid used).
     """
+
+    MAX_CELLS = 800
 
     def __init__(self, source_lengths, target_lengths, *, batch_size, batch_type="tokens",
                  batch_size_multiple=1, max_shapes=16, length_multiple=XLA_LENGTH_MULTIPLE,
@@ -386,11 +390,16 @@ class ShapePlan:
         validate_batching(batch_size, batch_type, batch_size_multiple)
         if max_shapes < 1:
             raise ValueError(f"max_shapes must be >= 1, got {max_shapes}")
-        source, target = padded_lengths(np.asarray(source_lengths, np.int64),
-                                        np.asarray(target_lengths, np.int64), pad_to_multiple)
-        source = round_up(np.maximum(source, 1), length_multiple)
-        target = round_up(np.maximum(target, 1), length_multiple)
-        cells, cell_of = np.unique(np.stack([source, target], 1), axis=0, return_inverse=True)
+        lengths = np.stack(padded_lengths(np.asarray(source_lengths, np.int64),
+                                          np.asarray(target_lengths, np.int64), pad_to_multiple), 1)
+        while True:  # (the choice is quadratic in the cells: a coarser grid past MAX_CELLS)
+            rounded = round_up(np.maximum(lengths, 1), length_multiple)
+            cells, cell_of = np.unique(rounded, axis=0, return_inverse=True)
+            if len(cells) <= self.MAX_CELLS:
+                break
+            length_multiple *= 2
+        self.length_multiple = length_multiple
+        source, target = rounded[:, 0], rounded[:, 1]
         cell_of = cell_of.reshape(-1)
         counts = np.bincount(cell_of, minlength=len(cells)).astype(np.float64)
         corner = np.array([[source.max(initial=length_multiple), target.max(initial=length_multiple)]])
