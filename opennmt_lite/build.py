@@ -228,18 +228,6 @@ def bucket_padding(train, xla):
     return train.length_bucket_width, train.pad_to_bucket_boundary
 
 
-def use_xla_cache(model_dir):
-    """XLA's persistent compilation cache in <model_dir>/xla_cache (unless TF_XLA_FLAGS already
-    names a directory): a later run on this corpus loads the compiled programs instead of
-    compiling them again. Must run before the first compilation, which reads TF_XLA_FLAGS."""
-    flags = os.environ.get("TF_XLA_FLAGS", "")
-    if "--tf_xla_persistent_cache_directory" in flags:
-        return
-    directory = os.path.join(model_dir, "xla_cache")
-    os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={directory}".strip()
-    logger.info("XLA: compiled programs cached in %s", directory)
-
-
 def training_inputs(data, train, assets, strategy, negatives=None):
     """One `TrainingInput` per replica this process drives, each reading its own shard: several
     files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
@@ -448,8 +436,10 @@ def trainer(config, with_evaluation=None):
     train = config.train
     sub_batches = train.sub_batches or cpu.default_sub_batches(train.num_devices,
                                                                train.jit_compile)
-    # First, before TensorFlow starts: thread pools for sub-batches, and the CPU may have to be
-    # split into logical devices.
+    # First, before TensorFlow starts: XLA's cache directory (read with XLA's flags, once), thread
+    # pools for sub-batches, and the CPU may have to be split into logical devices.
+    if train.jit_compile and train.num_devices == 1:
+        cpu.use_xla_cache(config.model_dir)
     configure_threads(sub_batches)
     strategy = make_strategy(train.num_devices)
     prepare_model_dir(config.model_dir)
@@ -465,8 +455,6 @@ def trainer(config, with_evaluation=None):
         built_optimizer.build(transformer.trainable_variables)
         moving_average = (MovingAverage(transformer, train.moving_average_decay)
                           if train.moving_average_decay is not None else None)
-    if xla_compiles(train, strategy):
-        use_xla_cache(config.model_dir)
     inputs = training_inputs(config.data, train, built_assets, strategy,
                              negatives=contrastive_negatives(config.params, built_assets))
     step = TrainStep(
