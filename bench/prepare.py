@@ -1,6 +1,6 @@
 """One-time, cached data preparation shared by the OpenNMT-tf and opennmt-lite benchmarks.
 
-    python bench/prepare.py [--cache-dir runs/bench_cache] [--force]
+    python bench/prepare.py [--cache-dir runs/bench_cache] [--force] [--long]
 
 Writes under the cache directory (default `runs/bench_cache/`, git-ignored):
 
@@ -16,6 +16,11 @@ Writes under the cache directory (default `runs/bench_cache/`, git-ignored):
   run exactly the same padded id matrices (see `make_encoder_batches`).
 * `stats.json`: sizes and length statistics (used by the FLOP estimate of `bench_train.py`).
 * `manifest.json`: what the cache was built from; a change of the inputs or parameters rebuilds.
+
+`--long` (`prepare_long()`) also writes `long/`, a cache of the same layout whose training files
+hold longer sentences: 2 then 3 adjacent lines of `train.tok.*` joined, alternately (~25 source,
+~28 target pieces on average instead of ~10 and ~11; same vocabularies, validation and test
+files), for the measurements that depend on sentence length (XLA's padding, docs/performance.md).
 
 `load_encoder_batches()`, `load_batches()` and `read_stats()` are importable from the OpenNMT-tf
 venv as well (numpy and the standard library only; SentencePiece and opennmt_lite are imported
@@ -400,13 +405,64 @@ def prepare(cache_dir=DEFAULT_CACHE_DIR, force=False, **overrides):
     return paths
 
 
+LONG_GROUPS = (2, 3)  # lines joined into one example, in turn
+
+
+def join_adjacent_lines(lines, groups=LONG_GROUPS):
+    """`lines` (without newlines) joined by a space, `groups[0]` of them, then `groups[1]`, ...
+    in turn; a shorter last group keeps what remains."""
+    joined, start, turn = [], 0, 0
+    while start < len(lines):
+        size = groups[turn % len(groups)]
+        joined.append(" ".join(line for line in lines[start:start + size] if line))
+        start, turn = start + size, turn + 1
+    return joined
+
+
+def prepare_long(cache_dir=DEFAULT_CACHE_DIR, force=False):
+    """The long-sentence cache `<cache_dir>/long/` (module doc); returns its `cache_paths`."""
+    base = prepare(cache_dir)
+    paths = cache_paths(os.path.join(cache_dir, "long"))
+    wanted = dict(read_json(base["manifest"]), long_groups=list(LONG_GROUPS))
+    if not force and read_json(paths["manifest"]) == wanted and os.path.exists(paths["stats"]):
+        return paths
+    os.makedirs(paths["cache_dir"], exist_ok=True)
+    lengths = {}
+    for key, path in paths.items():
+        if key in ("cache_dir", "manifest", "stats", "encoder_checkpoint", "encoder_batches"):
+            continue
+        if key.startswith("train_"):
+            with open(base[key], encoding="utf-8") as f:
+                lines = join_adjacent_lines(f.read().splitlines())
+            with open(path, "w", encoding="utf-8") as f:
+                f.writelines(line + "\n" for line in lines)
+            lengths[key] = [len(line.split()) for line in lines]
+        else:
+            shutil.copyfile(base[key], path)
+    src, tgt = lengths["train_en"], lengths["train_de"]
+    stats = dict(read_stats(cache_dir), long_groups=list(LONG_GROUPS))
+    stats["train"] = dict(
+        lines=len(src), source_tokens=sum(src), target_tokens=sum(tgt),
+        max_source_length=max(src), max_target_length=max(tgt),
+        after_length_filter=_length_stats(src, tgt, DEFAULTS["maximum_features_length"],
+                                          DEFAULTS["maximum_labels_length"]))
+    write_json(paths["stats"], stats)
+    write_json(paths["manifest"], wanted)
+    _log(f"long-sentence cache ready in {paths['cache_dir']}")
+    return paths
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache-dir", default=DEFAULT_CACHE_DIR)
     parser.add_argument("--force", action="store_true", help="rebuild even if the cache is valid")
+    parser.add_argument("--long", action="store_true",
+                        help="also write <cache-dir>/long/, longer sentences (module doc)")
     args = parser.parse_args(argv)
     paths = prepare(args.cache_dir, force=args.force)
-    print(json.dumps(read_stats(args.cache_dir), indent=2, sort_keys=True))
+    if args.long:
+        paths = prepare_long(args.cache_dir, force=args.force)
+    print(json.dumps(read_stats(paths["cache_dir"]), indent=2, sort_keys=True))
     return paths
 
 

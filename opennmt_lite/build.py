@@ -210,10 +210,30 @@ def sequence_controls(data, sides=("source", "target")):
             for side in sides}
 
 
+def xla_compiles(train, strategy):
+    """Whether the train step is compiled with XLA: train.jit_compile on one device (TrainStep
+    leaves cross-device steps to TensorFlow's graphs)."""
+    return bool(train.jit_compile) and (strategy is None or strategy.num_replicas_in_sync == 1)
+
+
+def bucket_padding(train, xla):
+    """(length_bucket_width, pad_to_bucket_boundary) of the training batches. Under XLA with
+    `train.batching: opennmt`, OpenNMT-tf's XLA mode: the width widened to the batch size
+    multiple (8 for tokens) and batches padded to the bucket boundary, so that the shapes are
+    fixed per bucket; with the sorted scheme, no bucket padding (the `ShapePlan` pads)."""
+    if xla and train.batching == "opennmt":
+        return max(train.length_bucket_width or 0, train.batch_size_multiple_or_default), True
+    if xla:  # (the sorted scheme's shapes are the ShapePlan's)
+        return train.length_bucket_width, False
+    return train.length_bucket_width, train.pad_to_bucket_boundary
+
+
 def training_inputs(data, train, assets, strategy, negatives=None):
     """One `TrainingInput` per replica this process drives, each reading its own shard: several
     files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
-    `negatives`: contrastive learning's (`contrastive_negatives`)."""
+    `negatives`: contrastive learning's (`contrastive_negatives`). Under XLA (`xla_compiles`),
+    the batches take few fixed shapes (`bucket_padding`; `train.xla_shapes` for the sorted
+    scheme)."""
     from opennmt_lite.data import weighted
     from opennmt_lite.data.alignments import read_alignments
     from opennmt_lite.training.distribute import replica_shards
@@ -223,6 +243,8 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     alignments = None
     if data.train_alignments:
         alignments = read_alignments(data.train_alignments, files)
+    xla = xla_compiles(train, strategy)
+    width, to_boundary = bucket_padding(train, xla)
     inputs = []
     for num_shards, shard_index in replica_shards(strategy):
         if sampled:
@@ -236,12 +258,13 @@ def training_inputs(data, train, assets, strategy, negatives=None):
             source_tokenizer=assets.source_tokenizer, target_tokenizer=assets.target_tokenizer,
             batch_size=train.batch_size, batch_type=train.batch_type,
             batch_size_multiple=train.batch_size_multiple_or_default, scheme=train.batching,
-            length_bucket_width=train.length_bucket_width,
+            length_bucket_width=width,
             sample_buffer_size=train.sample_buffer_size,
             maximum_features_length=train.maximum_features_length,
             maximum_labels_length=train.maximum_labels_length,
             shuffle=True, seed=train.seed, repeat=not train.single_pass,
-            pad_to_multiple=train.pad_to_multiple, pad_to_bucket_boundary=train.pad_to_bucket_boundary,
+            pad_to_multiple=train.pad_to_multiple, pad_to_bucket_boundary=to_boundary,
+            max_shapes=train.xla_shapes if xla else None,
             accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
             num_shards=num_shards, shard_index=shard_index, negatives=negatives,
             **sequence_controls(data),
@@ -252,15 +275,17 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     return inputs
 
 
-def guided_alignment(params, train):
-    """The `GuidedAlignment` of the `params` section (with the `train` section's bucket padding),
-    or None (check_training has made sure that data.train_alignments comes with it)."""
+def guided_alignment(params, train, xla=False):
+    """The `GuidedAlignment` of the `params` section (with the training batches' bucket padding,
+    `bucket_padding`), or None (check_training has made sure that data.train_alignments comes
+    with it)."""
     from opennmt_lite.training.step import GuidedAlignment
 
     if not params.guided_alignment_type:
         return None
+    width, to_boundary = bucket_padding(train, xla)
     return GuidedAlignment(params.guided_alignment_type, params.guided_alignment_weight,
-                           (train.pad_to_bucket_boundary and train.length_bucket_width) or None)
+                           (to_boundary and width) or None)
 
 
 def contrastive_negatives(params, assets):
@@ -382,6 +407,12 @@ def warn_surprises(train, num_replicas=1):
         logger.warning("train.pad_to_bucket_boundary has no effect without train.length_bucket_width "
                        "(no length buckets; as in OpenNMT-tf, batches are padded to their longest "
                        "sequence)")
+    if train.jit_compile and cpu.cpu_features().avx512 and not cpu.gpu_present():
+        logger.warning(
+            "train.jit_compile on an AVX-512 CPU (%s): XLA's train step ran at 0.45x (mean 10 "
+            "pieces) and 0.63x (25 pieces) the plain step's speed on compiled shapes here, before "
+            "its compilations (docs/performance.md, 2026-11-26); jit_compile: false is faster",
+            cpu.cpu_features().describe())
     if train.dtype_policy == "mixed_bfloat16":
         features = cpu.cpu_features()
         if not features.native_bfloat16 and not cpu.gpu_present():
@@ -405,8 +436,10 @@ def trainer(config, with_evaluation=None):
     train = config.train
     sub_batches = train.sub_batches or cpu.default_sub_batches(train.num_devices,
                                                                train.jit_compile)
-    # First, before TensorFlow starts: thread pools for sub-batches, and the CPU may have to be
-    # split into logical devices.
+    # First, before TensorFlow starts: XLA's cache directory (read with XLA's flags, once), thread
+    # pools for sub-batches, and the CPU may have to be split into logical devices.
+    if train.jit_compile and train.num_devices == 1:
+        cpu.use_xla_cache(config.model_dir)
     configure_threads(sub_batches)
     strategy = make_strategy(train.num_devices)
     prepare_model_dir(config.model_dir)
@@ -433,7 +466,7 @@ def trainer(config, with_evaluation=None):
         example_weights=config.data.example_weights is not None,
         regularization=regularization_scales(config.params),
         clip_gradients=config.params.clip_gradients or None,
-        guided_alignment=guided_alignment(config.params, train),
+        guided_alignment=guided_alignment(config.params, train, xla_compiles(train, strategy)),
         mask_outliers=config.params.mask_loss_outliers,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, strategy,

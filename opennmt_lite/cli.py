@@ -101,9 +101,34 @@ def guarded(action, what):
     return 0
 
 
+def set_xla_cache(argv):
+    """`train` with train.jit_compile: XLA's cache directory set before TensorFlow's first device
+    query, which reads XLA's flags once (`cpu.use_xla_cache`). The config files (and no other
+    option) are read here for that alone, without TensorFlow; a config that fails to load is left
+    to the command, which reports it."""
+    if not argv or argv[0] != "train" or "--config" not in argv or "--num_devices" in argv:
+        return
+    files = []
+    for item in argv[argv.index("--config") + 1:]:
+        if item.startswith("-"):
+            break
+        files.append(item)
+    from opennmt_lite.config import load_config
+
+    try:
+        config = load_config(files, {})
+    except Exception:  # (reported by the command)
+        return
+    if config.train.jit_compile and config.train.num_devices == 1:
+        from opennmt_lite.cpu import use_xla_cache
+
+        use_xla_cache(config.model_dir)
+
+
 def main(argv=None, prog=PROG):
     """Runs one command; returns the exit status (see `guarded`). `prog` is the name the help
     and the messages give the program (`run.py` when run so)."""
+    set_xla_cache(sys.argv[1:] if argv is None else argv)
     import_tensorflow_quietly()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog)

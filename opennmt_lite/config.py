@@ -301,6 +301,9 @@ class TrainConfig:
     save_summary_steps: int = key("int", 100, minimum=1)
     mixed_precision: str = key("str", "false", choices=tuple(MIXED_PRECISION_POLICIES))
     jit_compile: bool = key("bool", False)
+    # With jit_compile and the sorted scheme: the most (source length, target length) batch
+    # shapes, hence XLA compilations (data/batching.py, ShapePlan).
+    xla_shapes: int = key("int", 16, minimum=1)
     # None: chosen for the CPU at start-up (opennmt_lite.cpu.default_sub_batches).
     sub_batches: int = key("int", None, minimum=1)
     seed: int = key("int", 1234)
@@ -320,11 +323,12 @@ class TrainConfig:
 
     @property
     def batch_size_multiple_or_default(self):
-        """batch_size_multiple, else 8 for token batches in half precision (Tensor Core shapes,
-        as OpenNMT-tf does with mixed precision), else 1."""
+        """batch_size_multiple, else 8 for token batches in half precision or under XLA (Tensor
+        Core shapes, as OpenNMT-tf does with mixed precision or jit_compile), else 1."""
         if self.batch_size_multiple:
             return self.batch_size_multiple
-        return 8 if self.batch_type == "tokens" and self.dtype_policy != "float32" else 1
+        half = self.dtype_policy != "float32"
+        return 8 if self.batch_type == "tokens" and (half or self.jit_compile) else 1
 
 
 LOWER_IS_BETTER = ("loss", "perplexity")
@@ -422,6 +426,11 @@ class Config:
                     f"params.{name}: scheduled sampling is not supported by the Transformer's "
                     f"decoder (OpenNMT-tf 2.32 refuses it too: \"Scheduled sampling is not "
                     f"supported by this decoder\"); remove params.{name}")
+        if self.train.jit_compile and (self.train.sub_batches or 1) > 1:
+            raise ConfigError(
+                f"train.sub_batches={self.train.sub_batches} with train.jit_compile: XLA compiles "
+                f"fixed batch shapes, which sub-batches (each trimmed to its own longest "
+                f"sentences) do not have; remove train.sub_batches or train.jit_compile")
         # OpenNMT-tf trains without guided alignment, silently, when only one of the two is set.
         if self.data.train_alignments and not self.params.guided_alignment_type:
             raise ConfigError("data.train_alignments is set but params.guided_alignment_type is "

@@ -124,6 +124,20 @@ def gpu_present():
     return bool(tf.config.list_physical_devices("GPU"))
 
 
+def use_xla_cache(model_dir):
+    """XLA's persistent compilation cache in <model_dir>/xla_cache (unless TF_XLA_FLAGS already
+    names a directory): a later run on this corpus loads the compiled programs instead of
+    compiling them again. TensorFlow reads TF_XLA_FLAGS once, at its first device query (or
+    first compilation): this must run before (`opennmt_lite.cli` calls it before it starts
+    TensorFlow; `build.trainer` again, for programs that build a trainer themselves)."""
+    flags = os.environ.get("TF_XLA_FLAGS", "")
+    if "--tf_xla_persistent_cache_directory" in flags:
+        return
+    directory = os.path.join(model_dir, "xla_cache")
+    os.environ["TF_XLA_FLAGS"] = f"{flags} --tf_xla_persistent_cache_directory={directory}".strip()
+    logger.info("XLA: compiled programs cached in %s", directory)
+
+
 def default_sub_batches(num_devices=1, jit_compile=False):
     """`train.sub_batches` when the config does not set it: 2 on a CPU with at least 2 cores and
     no AVX-512, training on one device without XLA and without a GPU; 1 otherwise. Logged."""

@@ -94,28 +94,32 @@ def _padded_source(corpus, indices, pad_to_multiple):
     return _controlled(corpus.source, indices, source_time, corpus.source_controls), source_length
 
 
-def pad_negatives(corpus, indices, negatives, rng, pad_to_multiple=1):
+def pad_negatives(corpus, indices, negatives, rng, pad_to_multiple=1, time=None):
     """The NEGATIVE_KEYS of a batch: `negatives(ids, rng)` of each target of `indices`, padded
-    as the targets are (with the corpus's target controls)."""
+    as the targets are (with the corpus's target controls); `time`: to this length instead (a
+    bounded shape's target length, which a negative, one word shorter, fits)."""
     noisy = [np.asarray(negatives(corpus.target[int(i)], rng), np.int32) for i in indices]
     pieces = np.array([len(ids) for ids in noisy], np.int64)
     offsets = np.concatenate([[0], np.cumsum(pieces)])
     ragged = RaggedIds(np.concatenate(noisy) if noisy else np.zeros(0, np.int32), offsets)
     length = pieces + num_controls(corpus.target_controls) - 1
-    time = max(int(batching.round_up(int(length.max(initial=0)), pad_to_multiple)), 1)
+    if time is None:
+        time = max(int(batching.round_up(int(length.max(initial=0)), pad_to_multiple)), 1)
     ids_in, ids_out, length = _decoder_sides(ragged, np.arange(len(noisy)), length, time,
                                              corpus.target_controls)
     return {"noisy_target_ids_in": ids_in, "noisy_target_ids_out": ids_out,
             "noisy_target_length": length}
 
 
-def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False, bucket_width=None):
+def pad_parallel_batch(corpus, indices, pad_to_multiple=1, with_index=False, bucket_width=None,
+                       shape=None):
     """The padded NumPy batch (dict) of corpus examples `indices`; `bucket_width`: both sides
-    padded to the length bucket boundary (see batching.padded_lengths)."""
+    padded to the length bucket boundary (see batching.padded_lengths); `shape`: (source, target)
+    lengths to pad to instead (a `batching.ShapePlan`'s)."""
     indices = np.asarray(indices, dtype=np.int64)
     source_length = corpus.source_lengths[indices]
     target_length = corpus.target_lengths[indices]
-    source_time, target_time = batching.padded_lengths(
+    source_time, target_time = shape or batching.padded_lengths(
         int(source_length.max()), int(target_length.max()), pad_to_multiple, bucket_width)
     source_time, target_time = max(int(source_time), 1), max(int(target_time), 1)
     ids_in, ids_out, length = _decoder_sides(corpus.target, indices, target_length, target_time,
@@ -183,6 +187,10 @@ class TrainingInput:
       batch_overhead: sorted scheme, the cost of one more batch in padding tokens, as a
         fraction of batch_size (higher: fewer, fuller batches and more padding).
       accum_steps: > 1 makes each element a tuple of that many consecutive batches.
+      max_shapes: sorted scheme, bounded shapes for XLA (train.jit_compile): every batch takes
+        one of at most this many (source length, target length, batch size) shapes of a
+        `batching.ShapePlan` (lengths on a grid of pad_to_multiple, or 4 when it is 1), planned
+        by `batching.ShapePlanner`; None: batches padded to their own longest sequences.
       negatives: contrastive learning's negative targets (a callable (ids, rng) -> ids, e.g.
         noise.contrastive_negatives), added to each batch (NEGATIVE_KEYS), drawn from the
         seed and the batch's number in the stream, so a resumed run draws the same.
@@ -206,7 +214,8 @@ class TrainingInput:
                  sample_buffer_size=-1, maximum_features_length=None, maximum_labels_length=None,
                  shuffle=True, seed=None, repeat=True, num_shards=1, shard_index=0,
                  pad_to_multiple=1, pad_to_bucket_boundary=False, batch_overhead=0.15,
-                 accum_steps=1, drop_empty_target=True, negatives=None, alignments=None,
+                 accum_steps=1, max_shapes=None, drop_empty_target=True, negatives=None,
+                 alignments=None,
                  example_lines=None, source_controls=SOURCE_CONTROLS,
                  target_controls=TARGET_CONTROLS):
         batching.validate_batching(batch_size, batch_type, batch_size_multiple, scheme)
@@ -255,6 +264,18 @@ class TrainingInput:
         self.accum_steps = int(accum_steps)
         self.negatives = negatives
         self.dropped_remainder = 0  # examples left out at the end of the last single pass
+        self.shape_plan = None
+        if max_shapes and scheme == "sorted":
+            self.shape_plan = batching.ShapePlan(
+                self.corpus.source_lengths, self.corpus.target_lengths, batch_size=batch_size,
+                batch_type=batch_type, batch_size_multiple=batch_size_multiple,
+                max_shapes=max_shapes, pad_to_multiple=pad_to_multiple,
+                length_multiple=(pad_to_multiple if pad_to_multiple > 1
+                                 else batching.XLA_LENGTH_MULTIPLE))
+            self.bucket_width = None
+            logger.info("XLA: %d batch shapes (source x target: examples), %.1f %% padding: %s",
+                        len(self.shape_plan.shapes), 100 * self.shape_plan.padding_fraction(),
+                        self.shape_plan.describe())
 
     # -- plans ------------------------------------------------------------------------------
 
@@ -264,6 +285,8 @@ class TrainingInput:
     def _make_planner(self):
         if self.scheme != "sorted":
             return None
+        if self.shape_plan is not None:
+            return batching.ShapePlanner(self.shape_plan, self.sample_buffer_size)
         return batching.SortedPlanner(
             self.corpus.source_lengths, self.corpus.target_lengths,
             batch_size=self.batch_size, batch_type=self.batch_type,
@@ -354,11 +377,13 @@ class TrainingInput:
         return batches
 
     def _pad(self, number, indices):
+        shape = self.shape_plan.padded_shape(indices) if self.shape_plan is not None else None
         batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple,
-                                   bucket_width=self.bucket_width)
+                                   bucket_width=self.bucket_width, shape=shape)
         if self.negatives is not None:
             rng = np.random.default_rng([self.seed, NEGATIVES_STREAM, number])
-            batch.update(pad_negatives(self.corpus, indices, self.negatives, rng, self.pad_to_multiple))
+            batch.update(pad_negatives(self.corpus, indices, self.negatives, rng,
+                                       self.pad_to_multiple, time=shape and shape[1]))
         if self.alignments is not None:
             batch["alignment"] = self.alignments.matrices(
                 self.example_lines[indices], batch["target_ids_in"].shape[1],
