@@ -9,8 +9,8 @@ import tensorflow as tf
 from opennmt_lite.layers import LayerNorm
 from opennmt_lite.layers.attention import relative_context, relative_logits, relative_positions
 from opennmt_lite.layers.common import apply_dropout
-from opennmt_lite.layers.fast_paths import (dense_dropout, dense_relu_dropout, dropout_keep_mask,
-                                            layer_norm, layer_norm_inference)
+from opennmt_lite.layers.fast_paths import (dense_relu_dropout, dropout_keep_mask, layer_norm,
+                                            layer_norm_inference)
 
 
 def test_layer_norm_gradient_matches_finite_differences():
@@ -186,75 +186,3 @@ def test_relative_position_terms_and_gradients_match_the_gathered_table_formula(
     for name, a, b in zip(["queries", "attention", "keys table", "values table"], got, want):
         np.testing.assert_allclose(tf.convert_to_tensor(a).numpy(), tf.convert_to_tensor(b).numpy(),
                                    rtol=1e-5, atol=1e-4, err_msg=name)
-
-
-def test_dense_dropout_matches_autodiff_with_the_same_mask():
-    """The projection + dropout of the residual blocks (float32: the scale folded into kernel and
-    bias) against the formula dropout(x @ kernel + bias) with the same mask, values and gradients;
-    without a bias too."""
-    rng = np.random.default_rng(3)
-    x = tf.constant(rng.normal(size=(15, 16)).astype(np.float32))
-    kernel = tf.constant(rng.normal(size=(16, 24)).astype(np.float32) * 0.3)
-    bias = tf.constant(rng.normal(size=24).astype(np.float32) * 0.1)
-    upstream = tf.constant(rng.normal(size=(15, 24)).astype(np.float32))
-    keep, scale = dropout_keep_mask(tf.constant([15, 24]), 0.3, keras.random.SeedGenerator(7))
-    for with_bias in (True, False):
-        with tf.GradientTape() as tape:
-            tape.watch([x, kernel, bias])
-            ours = dense_dropout(x, kernel, bias if with_bias else None, 0.3,
-                                 keras.random.SeedGenerator(7))
-            loss = tf.reduce_sum(ours * upstream)
-        got = tape.gradient(loss, [x, kernel, bias])
-        with tf.GradientTape() as tape:
-            tape.watch([x, kernel, bias])
-            reference = tf.where(keep, (x @ kernel + (bias if with_bias else 0.0)) * scale, 0.0)
-            reference_loss = tf.reduce_sum(reference * upstream)
-        want = tape.gradient(reference_loss, [x, kernel, bias])
-        assert 0.2 < 1 - keep.numpy().mean() < 0.4
-        np.testing.assert_allclose(ours.numpy(), reference.numpy(), rtol=1e-6, atol=1e-6)
-        for a, b in zip(got, want):
-            if b is None:
-                assert a is None
-            else:
-                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.parametrize("sublayer", ["attention", "ffn"])
-def test_residual_dropout_folded_into_the_projection_is_the_wrapper_dropout(sublayer):
-    """A residual block whose output dropout the sub-layer's output projection applies (the fast
-    path) gives the outputs and gradients of the block that drops the sub-layer's output itself,
-    with the same mask (same seed generator state), in a tf.function as in training."""
-    from opennmt_lite.layers import FeedForwardNetwork, MultiHeadAttention
-    from opennmt_lite.layers.transformer import TransformerLayerWrapper
-
-    rng = np.random.default_rng(4)
-    x = tf.constant(rng.normal(size=(3, 5, 16)).astype(np.float32))
-    upstream = tf.constant(rng.normal(size=(3, 5, 16)).astype(np.float32))
-    if sublayer == "attention":
-        layer = MultiHeadAttention(2, 16, dropout=0.0, maximum_relative_position=2)
-    else:
-        layer = FeedForwardNetwork(32, 16, dropout=0.0)
-    wrapper = TransformerLayerWrapper(layer, 0.3)
-    wrapper.build(x.shape)
-    state = wrapper.output_dropout_seed.state.numpy()
-
-    def run(fold):
-        layer.accepts_output_dropout = fold  # (instance attribute: the class says True)
-        wrapper.output_dropout_seed.state.assign(state)
-
-        @tf.function
-        def step(x):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                outputs = wrapper(x, training=True)
-                outputs = outputs[0] if isinstance(outputs, tuple) else outputs
-                loss = tf.reduce_sum(outputs * upstream)
-            return [outputs] + tape.gradient(loss, [x] + wrapper.trainable_variables)
-
-        return [t.numpy() for t in step(x)]
-
-    folded, plain = run(True), run(False)
-    assert np.mean(folded[0] == x.numpy()) > 0.2  # dropped positions: the residual alone
-    np.testing.assert_array_equal(folded[0] == x.numpy(), plain[0] == x.numpy())  # same mask
-    for a, b in zip(folded, plain):
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)

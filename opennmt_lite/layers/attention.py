@@ -83,9 +83,7 @@ class MultiHeadAttention(keras.layers.Layer):
          attention_mask=None: [batch, time_k] or [batch, time_q, time_k], 1 = may attend,
          cache=None: (keys, values) [batch, heads, time_cached, depth / heads],
          positions=None: [time_q] int32, the queries' absolute positions, read by relative
-         positions (None: 0 .. time_q - 1, a whole sequence without cache),
-         output_dropout=None: (rate, seed generator), a training dropout of `outputs` applied
-         by the output projection (Dense's `output_dropout`))
+         positions (None: 0 .. time_q - 1, a whole sequence without cache))
     -> (outputs [batch, time_q, depth], (keys, values)[, attention [batch, heads, time_q, time_k]])
 
     In self-attention the cache holds the projected keys/values of earlier positions and grows by
@@ -147,11 +145,8 @@ class MultiHeadAttention(keras.layers.Layer):
         values = split_heads(self.linear_values(x), self.num_heads)
         return keys, values
 
-    # LayerWrapper may hand its output dropout to `call` (see Dense's `output_dropout`).
-    accepts_output_dropout = True
-
     def call(self, inputs, memory=None, attention_mask=None, cache=None, positions=None,
-             training=None, output_dropout=None):
+             training=None):
         queries = split_heads(self.linear_queries(inputs), self.num_heads)
         queries *= tf.cast(self.num_units_per_head**-0.5, queries.dtype)
         if memory is None:
@@ -213,7 +208,7 @@ class MultiHeadAttention(keras.layers.Layer):
         record("heads", heads)
         combined = combine_heads(heads)
         record("combined_heads", combined)
-        outputs = self.linear_output(combined, output_dropout=output_dropout)
+        outputs = self.linear_output(combined)
         record("output", outputs)
 
         if self.return_attention:

@@ -29,7 +29,7 @@ from keras import ops
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers import fast_paths
-from opennmt_lite.recorder import is_recording, record
+from opennmt_lite.recorder import record
 
 
 def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=None):
@@ -122,10 +122,7 @@ class Dense(keras.layers.Layer):
             else None
         )
 
-    def call(self, inputs, output_dropout=None):
-        """inputs [..., in] -> [..., units]. `output_dropout`: None, or (rate, seed generator) of a
-        training dropout applied to the output here, for the fast path that folds its scale into
-        the kernel (`fast_paths.dense_dropout`; the plain dropout otherwise)."""
+    def call(self, inputs):
         kernel = tf.cast(self.kernel, inputs.dtype)
         bias = tf.cast(self.bias, inputs.dtype) if self.bias is not None else None
         units = self.units
@@ -138,18 +135,11 @@ class Dense(keras.layers.Layer):
         # oneDNN kernel, which a 3-D tensordot followed by a BiasAdd prevents.
         leading = tf.shape(inputs)[:-1]
         outputs = tf.reshape(inputs, [-1, inputs.shape[-1]])
-        if (output_dropout is not None and fast_paths.enabled() and not pad
-                and not self.transpose and self.activation is keras.activations.linear):
-            outputs = fast_paths.dense_dropout(outputs, kernel, bias, *output_dropout)
-            return tf.reshape(outputs, tf.concat([leading, [units]], axis=0))
         outputs = matmul(outputs, kernel, transpose_b=self.transpose, bias=bias,
                          activation=self.activation)
         if pad:
             outputs = outputs[:, :units]
-        outputs = tf.reshape(outputs, tf.concat([leading, [units]], axis=0))
-        if output_dropout is not None:
-            outputs = apply_dropout(outputs, *output_dropout, training=True)
-        return outputs
+        return tf.reshape(outputs, tf.concat([leading, [units]], axis=0))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)
@@ -263,21 +253,13 @@ class LayerWrapper(keras.layers.Layer):
             x = self.input_layer_norm(x)
             record("normalized_input", x)
         x = apply_dropout(x, self.input_dropout, self.input_dropout_seed, training)
-        # A layer that applies a dropout to its output projection itself (`output_dropout`
-        # argument) takes the output dropout when the fast paths can fold its scale there; not
-        # while recording, where the layer's `output` is recorded before dropout.
-        fold_dropout = (getattr(self.layer, "accepts_output_dropout", False) and training
-                        and self.output_dropout > 0 and fast_paths.enabled() and not is_recording())
-        if fold_dropout:
-            kwargs["output_dropout"] = (self.output_dropout, self.output_dropout_seed)
         all_outputs = self.layer(x, *args, training=training, **kwargs)
         extra = None
         if isinstance(all_outputs, tuple):
             outputs, extra = all_outputs[0], all_outputs[1:]
         else:
             outputs = all_outputs
-        if not fold_dropout:
-            outputs = apply_dropout(outputs, self.output_dropout, self.output_dropout_seed, training)
+        outputs = apply_dropout(outputs, self.output_dropout, self.output_dropout_seed, training)
         if self.residual_connection and outputs.shape[-1] == inputs.shape[-1]:
             outputs = outputs + inputs
             record("residual_output", outputs)

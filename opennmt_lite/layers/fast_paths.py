@@ -18,9 +18,6 @@ model computes beyond float rounding (and which dropout mask a seed draws):
   output and the input, not the ReLU output and the mask as well; in float32 the dropout scale is
   folded into the kernel and bias (measured on an AVX2 CPU, where a pass over [tokens, units] is
   not fused).
-- `dense_dropout`: a projection followed by dropout (the residual dropout after the attention's
-  output projection and the FFN's outer layer); in float32 the dropout scale is folded into the
-  kernel and bias, as for the FFN's inner layer.
 - `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
   are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
@@ -146,28 +143,6 @@ def dropout(x, rate, seed_generator):
     """Inverted dropout of x [...] in training, with a mask of `dropout_keep_mask`."""
     keep, scale = dropout_keep_mask(tf.shape(x), rate, seed_generator)
     return tf.where(keep, x * tf.cast(scale, x.dtype), tf.zeros((), x.dtype))
-
-
-def dense_dropout(x2d, kernel, bias, rate, seed_generator):
-    """dropout(x2d @ kernel + bias) in training, [rows, in] -> [rows, units]: a projection whose
-    output goes straight into dropout (the residual dropout after an attention's output projection
-    or the FFN's outer layer).
-
-    In float32 the dropout scale s > 0 multiplies the (small) kernel and bias instead of the
-    [rows, units] output, and automatic differentiation then scales the kernel and bias gradients
-    instead of the incoming one: one pass over a [rows, units] tensor fewer forward and one
-    backward. The mask is the one `dropout` draws for the same seed and element count. In 16-bit
-    types the scaled kernel would be rounded once more, so the output is scaled there.
-    """
-    units = kernel.shape[-1]
-    keep, scale = dropout_keep_mask(tf.stack([tf.shape(x2d)[0], units]), rate, seed_generator)
-    scale = tf.cast(scale, x2d.dtype)
-    zero = tf.zeros((), x2d.dtype)
-    if x2d.dtype == tf.float32:
-        kernel = kernel * scale
-        bias = None if bias is None else bias * scale
-        return tf.where(keep, matmul(x2d, kernel, bias=bias), zero)
-    return tf.where(keep, matmul(x2d, kernel, bias=bias) * scale, zero)
 
 
 def dense_relu_dropout(x, kernel, bias, rate, seed_generator):

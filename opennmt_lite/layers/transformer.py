@@ -23,8 +23,7 @@ class FeedForwardNetwork(keras.layers.Layer):
     Records `inner` (the activation, before dropout) and `output`. In training with ReLU and
     dropout, with the fast paths on, Dense + ReLU + dropout run as one op
     (`fast_paths.dense_relu_dropout`) whether or not something records: that path has no
-    pre-dropout activation, so it records `output` only. `output_dropout` (rate, seed
-    generator): a training dropout of the output, applied by `outer` (Dense's `output_dropout`).
+    pre-dropout activation, so it records `output` only.
     """
 
     def __init__(self, inner_dim, output_dim, dropout=0.1, activation="relu", **kwargs):
@@ -41,10 +40,7 @@ class FeedForwardNetwork(keras.layers.Layer):
         self.inner.build(input_shape)
         self.outer.build(tuple(input_shape[:-1]) + (self.inner_dim,))
 
-    # LayerWrapper may hand its output dropout to `call` (see Dense's `output_dropout`).
-    accepts_output_dropout = True
-
-    def call(self, inputs, training=None, output_dropout=None):
+    def call(self, inputs, training=None):
         dense = self.inner
         if (fast_paths.enabled() and training and self.dropout > 0 and self.activation == "relu"
                 and not dense.transpose and inputs.dtype != tf.float16):
@@ -57,7 +53,7 @@ class FeedForwardNetwork(keras.layers.Layer):
             inner = self.inner(inputs)
             record("inner", inner)
             inner = apply_dropout(inner, self.dropout, self.dropout_seed, training)
-        outputs = self.outer(inner, output_dropout=output_dropout)
+        outputs = self.outer(inner)
         record("output", outputs)
         return outputs
 
