@@ -35,18 +35,43 @@ def import_tensorflow_quietly():
         return
     _tensorflow_imported = True
     if os.path.exists("/proc/driver/nvidia") or os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
+        _import_tensorflow()
         return
     sys.stderr.flush()
     saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 2)
     try:
-        import tensorflow
-
+        tensorflow = _import_tensorflow()
         tensorflow.config.list_physical_devices("GPU")
     finally:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(devnull)
+
+
+# Modules that `import tensorflow` imports eagerly when they are installed, each behind an
+# ImportError fallback, for code a command never runs: Keras 3 imports IPython (to detect a
+# notebook), matplotlib.pyplot (its image gallery) and PIL (its image utilities); TensorFlow's
+# legacy tf.keras (imported by its feature columns) imports h5py and scipy.sparse.
+_UNUSED_IMPORTS = ("IPython", "matplotlib", "PIL", "h5py", "scipy")
+
+
+def _import_tensorflow():
+    """`import tensorflow` (which imports Keras) with `_UNUSED_IMPORTS` hidden, so that those
+    libraries take their fallbacks: 73 MB less resident memory in every command (644 -> 571 MB
+    after the import, measured with TensorFlow 2.21, Keras 3.15, IPython 8.12, matplotlib 3.11).
+    They are importable again afterwards (`inspect` draws with matplotlib; Keras imports h5py
+    when it saves an .h5 file). -> the module."""
+    hidden = [name for name in _UNUSED_IMPORTS if name not in sys.modules]
+    for name in hidden:
+        sys.modules[name] = None  # (None in sys.modules: `import name` raises ImportError)
+    try:
+        import tensorflow
+    finally:
+        for name in hidden:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
+    return tensorflow
 
 
 def command_module(name):

@@ -67,3 +67,23 @@ def test_user_errors_print_one_line_without_traceback(tmp_path):
     assert result.returncode == 2
     assert "error: " in result.stderr and "train.batch_sise: unknown key" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_commands_import_tensorflow_without_unused_modules_which_stay_importable():
+    """Keras imports IPython, matplotlib.pyplot and PIL when installed, TensorFlow's legacy
+    tf.keras h5py and scipy; a command hides them while TensorFlow imports (73 MB of memory),
+    and they import normally afterwards."""
+    script = ("import sys\n"
+              "from opennmt_lite import cli\n"
+              "cli.import_tensorflow_quietly()\n"
+              "import keras\n"
+              "from keras.src.visualization import plot_image_gallery\n"
+              "print(sorted(m for m in ('IPython', 'matplotlib', 'PIL', 'h5py', 'scipy')\n"
+              "             if m in sys.modules),\n"
+              "      plot_image_gallery.plt is None)\n"
+              "import h5py, matplotlib.pyplot, scipy.sparse\n"
+              "print(matplotlib.pyplot.__name__, h5py.__name__, scipy.sparse.__name__)\n")
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[] True", "matplotlib.pyplot h5py scipy.sparse"]
