@@ -47,6 +47,13 @@ def translate_options(options):
     )
 
 
+def thread_settings(options, cores=None):
+    """The `ctranslate2.Translator` threads: {inter_threads, intra_threads}. PLACEHOLDER"""
+    cores = cores or len(os.sched_getaffinity(0))
+    sampling = options.sampling_topk != 1
+    return dict(inter_threads=1 if sampling else cores, intra_threads=1)
+
+
 def load_translator(path, assets, compute_type="default", threads=None):
     """A `ctranslate2.Translator` for the model directory `path`, checked against the config's
     vocabularies (a model exported from another config would translate garbage). `threads`:
