@@ -68,12 +68,27 @@ ONMT_MODEL = dict(num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=128, dr
                   pre_norm=True)
 
 
+def thread_setting(text):
+    """"INTERxINTRA" -> {"inter_threads": INTER, "intra_threads": INTRA}."""
+    try:
+        inter, intra = (int(n) for n in text.split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected INTERxINTRA, e.g. 2x1") from None
+    if inter < 1 or intra < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: thread counts are at least 1")
+    return dict(inter_threads=inter, intra_threads=intra)
+
+
 def parse_args(argv=None):
     parser = harness.parser(__doc__, name="ctranslate2", runs=2, timeout=1800, sides=False,
                             mfu=False)
     parser.add_argument("--repeats", type=int, default=5, help="timed passes per run")
     parser.add_argument("--latency-sentences", type=int, default=50)
     parser.add_argument("--sides", nargs="+", choices=SIDES, default=list(SIDES))
+    parser.add_argument("--ct2-threads", nargs="+", type=thread_setting, metavar="INTERxINTRA",
+                        help="CTranslate2 sides once per setting (inter_threads x intra_threads, "
+                        "e.g. 2x1 1x2 1x1; side names ct2-int8@2x1...) instead of the threads "
+                        "`run.py infer --ctranslate2` picks")
     parser.add_argument("--bleu", action="store_true", help="BLEU of the quantizations instead")
     parser.add_argument("--config", default=os.path.join(ROOT, "configs", "sample.yml"))
     parser.add_argument("--checkpoint")
@@ -93,6 +108,7 @@ def parse_args(argv=None):
     parser.add_argument("--sentences", help=argparse.SUPPRESS)
     parser.add_argument("--latency-batches", help=argparse.SUPPRESS)
     parser.add_argument("--ct2-arguments", help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=thread_setting, help=argparse.SUPPRESS)
     return parser.parse_args(argv)
 
 
@@ -325,7 +341,7 @@ def savedmodel_translator(path):
     return translate
 
 
-def ct2_translator(path, arguments_file):
+def ct2_translator(path, arguments_file, threads=None):
     """Translates a list of batches as `run.py infer --ctranslate2` does: the threads of
     `thread_settings`, every batch submitted at once (with several inter_threads, batches are
     translated in parallel), the results read in order."""
@@ -333,7 +349,7 @@ def ct2_translator(path, arguments_file):
 
     with open(arguments_file) as f:
         settings = json.load(f)
-    translator = ctranslate2.Translator(path, device="cpu", **settings["threads"])
+    translator = ctranslate2.Translator(path, device="cpu", **(threads or settings["threads"]))
 
     def translate(batches):
         pending = [translator.translate_batch(batch, max_batch_size=0, asynchronous=True,
@@ -348,7 +364,7 @@ def worker(args):
     latency_batches = tokens_of(load_batches(args.latency_batches, args.latency_sentences),
                                 args.sentences)
     translate = (savedmodel_translator(args.model_path) if args.worker == "savedmodel"
-                 else ct2_translator(args.model_path, args.ct2_arguments))
+                 else ct2_translator(args.model_path, args.ct2_arguments, args.threads))
 
     def one_pass():
         return translate(batches)
@@ -405,6 +421,13 @@ def speed(args):
             command = [sys.executable, __file__, "--worker", kind, "--model-path",
                        prepared["paths"][name], "--ct2-arguments", prepared["ct2_arguments"],
                        "--sentences", prepared["sentences"], *common]
+            if kind == "ct2" and args.ct2_threads:
+                for threads in args.ct2_threads:
+                    setting = f"{threads['inter_threads']}x{threads['intra_threads']}"
+                    variant = command + ["--threads", setting]
+                    sides.append(harness.Side(f"{name}@{setting}",
+                                              lambda index, command=variant: command))
+                continue
         sides.append(harness.Side(name, lambda index, command=command: command))
     runs, summary = harness.compare(sides, args.runs, ["target_tokens_per_sec",
                                                        "latency_ms_median"],
@@ -416,7 +439,8 @@ def speed(args):
             result = record.get("result") or {}
             if "hypotheses" in result:
                 hypotheses.setdefault(name, result.pop("hypotheses"))
-    reference = hypotheses.get(args.sides[0])
+    first = next(iter(summary))  # (the first side run: the reference of "same as")
+    reference = hypotheses.get(first)
     headers = ["side", "runs ok", "target tok/s (batch 32)", "x OpenNMT-tf", "x paired",
                "latency ms (batch 1)", "peak RSS GB", "model MB", f"same as {args.sides[0]}"]
     rows = []
@@ -428,7 +452,7 @@ def speed(args):
             harness.fmt(r.get("target_tokens_per_sec"), ".2f"),
             harness.fmt(r.get("target_tokens_per_sec_paired_median"), ".2f"),
             harness.fmt(s["latency_ms_median"], ".1f"), harness.gb(s["peak_rss_bytes"]),
-            harness.fmt(prepared["sizes"].get(name, 0) / 1e6 or None, ".2f"),
+            harness.fmt(prepared["sizes"].get(name.split("@")[0], 0) / 1e6 or None, ".2f"),
             (f"{sum(a == b for a, b in zip(same, reference))}/{len(reference)}"
              if same and reference else "-"),
         ])
@@ -443,11 +467,13 @@ def speed(args):
           f"batch {BATCH} (throughput, median of {args.repeats} passes) and 1 (latency, "
           f"{args.latency_sentences} sentences); {machine['affinity']} cores, {isa} "
           f"({machine['cpu']['model']}), load average {machine['load_average'][0]:.1f}; "
-          f"medians of {args.runs} runs per side; CTranslate2 inter_threads "
-          f"{threads['inter_threads']}, intra_threads {threads['intra_threads']}")
+          f"medians of {args.runs} runs per side; CTranslate2 "
+          + ("inter_threads x intra_threads as named" if args.ct2_threads else
+             f"inter_threads {threads['inter_threads']}, intra_threads "
+             f"{threads['intra_threads']}"))
     if reference:
         lengths = [len(h.split()) for h in reference]
-        print(f"{args.sides[0]} output: {sum(lengths)} target tokens, mean length "
+        print(f"{first} output: {sum(lengths)} target tokens, mean length "
               f"{sum(lengths) / len(lengths):.1f}, longest {max(lengths)}, "
               f"{sum(n >= OPTIONS['maximum_decoding_length'] for n in lengths)} at the maximum "
               f"decoding length ({OPTIONS['maximum_decoding_length']})")
