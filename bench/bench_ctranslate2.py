@@ -1,31 +1,48 @@
-"""Serving: OpenNMT-tf 2.32, opennmt-lite's SavedModel and CTranslate2 (float32, int8), side by
-side on the same weights; and the BLEU of CTranslate2's quantizations.
+"""Serving: OpenNMT-tf 2.32 (from its checkpoint and from its own exported SavedModel),
+opennmt-lite's SavedModel and CTranslate2 (float32, int8), side by side on the same weights; and
+the BLEU of CTranslate2's quantizations.
 
-    python bench/bench_ctranslate2.py [--runs 2] [--repeats 5] [--latency-sentences 50]
-        [--sides opennmt-tf savedmodel ct2-float32 ct2-int8]
+    python bench/bench_ctranslate2.py [--model fixture|sample] [--runs 2] [--repeats 5]
+        [--latency-sentences 50] [--sides opennmt-tf onmt-savedmodel savedmodel ct2-float32 ct2-int8]
+        [--ct2-threads 2x1 1x1 1x2]
     python bench/bench_ctranslate2.py --bleu [--config configs/sample.yml] [--checkpoint K]
         [--quantizations float32 int8 int16]
 
-Speed (default mode). The weights: OpenNMT-tf 2.32's own model, tests/fixtures/onmt_tf_relative
-(2 layers, 64 units, relative positions, pre-norm), which every side can load: OpenNMT-tf from its
-checkpoint (bench/onmt_translate.py), opennmt-lite by importing it (tests/fixtures/onmt_fixture.yml)
-and exporting a SavedModel and CTranslate2 float32 / int8 models with the project's own export
-code (cached in runs/bench_cache/ctranslate2/onmt_fixture/). The sentences: the fixture's 100
-tokenized test sentences (test.first100.tok.en), mapped to ids once with its vocabulary (OOV id =
-vocabulary size, as OpenNMT-tf). Beam 4, length penalty 0, at most 250 tokens, 1 hypothesis.
+Speed (default mode). The weights, loaded by every side, two models (--model):
 
-* throughput: target tokens / s translating the 100 sentences in file-order batches of 32 (the
+* fixture (default): OpenNMT-tf 2.32's own model, tests/fixtures/onmt_tf_relative (2 layers, 64
+  units, relative positions, pre-norm), and its 100 tokenized test sentences
+  (test.first100.tok.en); cache runs/bench_cache/ctranslate2/onmt_fixture/;
+* sample: configs/sample.yml's model (3 layers, 256 units, 4 000-piece SentencePiece vocabularies)
+  trained ONCE by OpenNMT-tf 2.32 for SAMPLE_STEPS steps, built when absent in
+  runs/bench_cache/ctranslate2/sample/ (15-30 minutes of both cores; `sample_model`), and the
+  first SAMPLE_SENTENCES lines of data/test.en tokenized with the sample's SentencePiece model.
+
+The sides: `opennmt-tf`: OpenNMT-tf from the checkpoint (bench/onmt_translate.py);
+`onmt-savedmodel`: OpenNMT-tf's own SavedModel (`onmt-main ... export --format saved_model`,
+cached), served through its `serving_default` signature in OpenNMT-tf's TensorFlow 2.13
+(bench/onmt_saved_model.py); `savedmodel`: opennmt-lite's import of the checkpoint (README,
+"OpenNMT-tf projects") exported by the project's own code, its `translate` signature; `ct2-*`:
+the project's CTranslate2 export, translated as `run.py infer --ctranslate2` does (its threads,
+`thread_settings`, and its submission of every batch ahead). Sentences mapped to ids once with
+the vocabulary (OOV id = vocabulary size, as OpenNMT-tf). Beam 4, length penalty 0, at most 250
+tokens, 1 hypothesis (every export is made with these options).
+
+* throughput: target tokens / s translating the sentences in file-order batches of 32 (the
   same batches for every side); a warm-up pass, then --repeats timed passes, median; target
   tokens = the best hypothesis' tokens without `</s>`;
 * latency: median milliseconds to translate one sentence alone (batch 1) over the first
   --latency-sentences sentences (after the throughput passes: warm);
-* peak memory: the run's peak RSS (the harness: process tree, polled, and ru_maxrss).
+* peak memory: the run's peak RSS (the harness: process tree, polled, and ru_maxrss);
+* "same as": translations identical to the first side's (OpenNMT-tf's by default).
 
-Every side uses both cores (TensorFlow's default thread pools; CTranslate2 intra_threads = the
-cores this process may use, inter_threads 1). Sides alternate in fresh processes (bench/harness.py),
---runs rounds; the table gives medians and the ratios to OpenNMT-tf; the JSON record
-(runs/bench_results/ctranslate2-<stamp>.json) has the machine (CPU model, instruction sets, load).
-The OpenNMT-tf interpreter: bench/onmt_env.py (ONMT_PYTHON=... to use an existing one).
+TensorFlow sides use their default thread pools (both cores). CTranslate2 uses the threads
+`run.py infer --ctranslate2` picks (inter_threads = cores, intra_threads 1: see
+opennmt_lite/inference/ctranslate2.py, thread_settings), or with --ct2-threads each CTranslate2
+side once per setting (named ct2-int8@2x1...). Sides alternate in fresh processes
+(bench/harness.py), --runs rounds; the table gives medians and the ratios to OpenNMT-tf; the JSON
+record (runs/bench_results/ctranslate2-<stamp>.json) has the machine (CPU model, instruction sets,
+load). The OpenNMT-tf interpreter: bench/onmt_env.py (ONMT_PYTHON=... to use an existing one).
 
 BLEU (--bleu): the config's newest checkpoint (or --checkpoint) exported to CTranslate2 in each
 of --quantizations (cached in runs/bench_cache/ctranslate2/<config name>-<checkpoint>/), data/test.en
@@ -442,8 +459,10 @@ def speed(args):
     first = next(iter(summary))  # (the first side run: the reference of "same as")
     reference = hypotheses.get(first)
     headers = ["side", "runs ok", "target tok/s (batch 32)", "x OpenNMT-tf", "x paired",
-               "latency ms (batch 1)", "peak RSS GB", "model MB", f"same as {args.sides[0]}"]
+               "latency ms (batch 1)", "peak RSS GB", "model MB", f"same as {first}"]
     rows = []
+    identical = {name: sum(a == b for a, b in zip(hypotheses[name], reference))
+                 for name in hypotheses if reference}
     for name, s in summary.items():
         r = s.get("ratio") or {}
         same = hypotheses.get(name)
@@ -453,8 +472,7 @@ def speed(args):
             harness.fmt(r.get("target_tokens_per_sec_paired_median"), ".2f"),
             harness.fmt(s["latency_ms_median"], ".1f"), harness.gb(s["peak_rss_bytes"]),
             harness.fmt(prepared["sizes"].get(name.split("@")[0], 0) / 1e6 or None, ".2f"),
-            (f"{sum(a == b for a, b in zip(same, reference))}/{len(reference)}"
-             if same and reference else "-"),
+            f"{identical[name]}/{len(reference)}" if same and reference else "-",
         ])
     machine = harness.machine_info()
     isa = "AVX-512" if machine["cpu"]["avx512"] else ("AVX2" if machine["cpu"]["avx2"] else "-")
@@ -479,6 +497,8 @@ def speed(args):
               f"decoding length ({OPTIONS['maximum_decoding_length']})")
     print(harness.format_table(headers, rows))
     session.finish(dict(benchmark="ctranslate2", arguments=vars(args), prepared=prepared,
+                        ct2_threads=threads, reference_side=first, identical=identical,
+                        reference_lengths=[len(h.split()) for h in reference or []],
                         summary=summary, runs=runs))
 
 
