@@ -271,7 +271,7 @@ def prepare(args):
     options = DecodingOptions(**OPTIONS)
     assets = build.assets(config.data)
     if not all(os.path.isdir(p) for p in paths.values()):
-        lite_model, assets, _ = build.inference_model(config)
+        lite_model, assets, _ = build.inference_model(config, model["checkpoint"])
         for side, path in paths.items():
             if os.path.isdir(path):
                 continue
