@@ -342,6 +342,13 @@ def tokens_of(batches, sentences_file):
 def savedmodel_translator(path):
     import tensorflow as tf
 
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        text_signatures = b"SentencepieceOp" in f.read()
+    if text_signatures:
+        # (its text signatures hold SentencePiece ops: tensorflow_text registers them, as in any
+        # serving process; see opennmt_lite/export/saved_model.py)
+        import tensorflow_text  # noqa: F401
+
     signature = tf.saved_model.load(path).signatures["translate"]
 
     def translate(batches):
