@@ -16,6 +16,7 @@
 Measured (2026-11-23): onmt fixture beam 1 100/100 (largest score gap 1.1e-5), beam 4 100/100.
 """
 
+import dataclasses
 import itertools
 import json
 import pathlib
@@ -388,3 +389,54 @@ def test_translate_options_carry_every_decoding_option():
     # Greedy search applies neither penalty (OpenNMT-tf's GreedySearch).
     greedy = ct2_infer.translate_options(DecodingOptions(length_penalty=0.6, coverage_penalty=0.2))
     assert greedy["length_penalty"] == greedy["coverage_penalty"] == 0.0
+
+
+# -- threads (`run.py infer --ctranslate2`) ------------------------------------------------------
+
+def test_thread_settings_give_each_batch_one_thread_and_sampling_one_batch():
+    import os
+
+    from opennmt_lite.inference.decoding import DecodingOptions
+
+    one_each = {"inter_threads": 2, "intra_threads": 1}
+    assert ct2_infer.thread_settings(DecodingOptions(beam_width=4), cores=2) == one_each
+    assert ct2_infer.thread_settings(DecodingOptions(), cores=8) == {"inter_threads": 8,
+                                                                     "intra_threads": 1}
+    sampling = DecodingOptions(sampling_topk=0, seed=3)
+    assert ct2_infer.thread_settings(sampling, cores=8) == {"inter_threads": 1, "intra_threads": 1}
+    assert ct2_infer.thread_settings(DecodingOptions()) == {
+        "inter_threads": len(os.sched_getaffinity(0)), "intra_threads": 1}
+
+
+def test_batches_translated_in_parallel_are_those_of_one_thread(onmt):
+    """7 batches of 16 through 3 translators (6 submitted ahead): the same texts and scores, in
+    file order, as one thread translating them one after the other."""
+    config, _, assets, _, directory = onmt
+    options = build.decoding_options(config.params, config.infer, 4, 1)
+    data = build.inference_input(str(ONMT_FIXTURE / "test.first100.tok.en"), config.infer, assets)
+    assert len(data.batches) == 7
+    results = {}
+    for inter in (1, 3):
+        translator = ct2_infer.load_translator(
+            str(directory), assets, threads={"inter_threads": inter, "intra_threads": 1})
+        assert translator.num_translators == inter
+        results[inter] = ct2_infer.translate_file(translator, assets, data, options, progress=False)
+    assert results[3] == results[1]
+    expected = onmt_lines("pred.first100.beam4.tok.de")
+    assert sum(text == line for ((text, _),), line in zip(results[3], expected)) >= 95
+
+
+def test_seeded_sampling_is_reproducible(onmt):
+    """Sampling decodes one batch at a time (thread_settings): the same seed, the same draws."""
+    config, _, assets, _, directory = onmt
+    options = build.decoding_options(config.params, config.infer, 1, 1)
+    options = dataclasses.replace(options, sampling_topk=0, seed=7)
+    data = build.inference_input(str(ONMT_FIXTURE / "test.first100.tok.en"), config.infer, assets)
+    runs = []
+    for _ in range(2):
+        translator = ct2_infer.load_translator(str(directory), assets,
+                                               threads=ct2_infer.thread_settings(options))
+        runs.append(ct2_infer.translate_file(translator, assets, data, options, progress=False))
+    assert runs[0] == runs[1]
+    greedy = onmt_lines("pred.first100.beam1.tok.de")
+    assert sum(text != line for ((text, _),), line in zip(runs[0], greedy)) >= 20

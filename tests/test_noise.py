@@ -187,9 +187,10 @@ def test_infer_ctranslate2_noises_its_tokens(tmp_path):
     lines = iter(plain)
 
     class Translator:
-        def translate_batch(self, sources, **arguments):
-            return [types.SimpleNamespace(hypotheses=[next(lines).split()], scores=[-1.0])
-                    for _ in sources]
+        def translate_batch(self, sources, asynchronous=False, **arguments):
+            assert asynchronous  # (results read with .result(), as CTranslate2's)
+            return [types.SimpleNamespace(result=lambda line=next(lines): types.SimpleNamespace(
+                hypotheses=[line.split()], scores=[-1.0])) for _ in sources]
 
     assets = build.assets(config.data)
     data = build.inference_input(str(ONMT_FIXTURE / "test.first8.tok.en"), config.infer, assets)

@@ -57,7 +57,8 @@ def _translate_ctranslate2(args, config, options):
         raise ArgumentError("--checkpoint and --ctranslate2 exclude each other (the CTranslate2 "
                             "model holds its own weights)")
     assets = build.assets(config.data)
-    translator = ctranslate2.load_translator(args.ctranslate2, assets)
+    translator = ctranslate2.load_translator(args.ctranslate2, assets,
+                                             threads=ctranslate2.thread_settings(options))
     ctranslate2.check_source_controls(args.ctranslate2, config.data.source_sequence_controls)
     data = build.inference_input(args.features_file, config.infer, assets, config.data)
     return ctranslate2.translate_file(translator, assets, data, options,

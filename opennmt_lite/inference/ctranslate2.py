@@ -10,6 +10,7 @@ scores by the length), min_decoding_length from the config (its default 1 forbid
 translation), max_input_length 0 (its default truncates sources to 1024 tokens).
 """
 
+import collections
 import json
 import os
 import sys
@@ -47,20 +48,41 @@ def translate_options(options):
     )
 
 
+def thread_settings(options, cores=None):
+    """The threads of the `ctranslate2.Translator` that translates a file with `options` (a
+    DecodingOptions): {"inter_threads": batches translated at once, "intra_threads": threads per
+    batch}. `cores`: default every core this process may use.
+
+    One thread per batch, as many batches at once as cores (`translate_file` submits batches
+    ahead). CTranslate2 splits each operation of a batch over its intra_threads (OpenMP) and
+    joins them after it; a decoding step's operations are small (a beam of batch x 4 rows against
+    one layer), so the joins cost more than the split gains: on the 2-core benchmark machine, 100
+    sentences in batches of 32 took 0.68-0.79 s in int8 with 2 intra threads against 0.052 s with
+    one (float32: 0.09 against 0.058; bench/README.md). Whole batches on separate threads never
+    wait for each other, and a batch computes the same arithmetic on whichever thread runs it:
+    the translations are those of one thread. Sampling (sampling_topk != 1) decodes one batch at a
+    time: CTranslate2 draws from one random generator per thread, and which thread takes which
+    batch varies between runs, so a seeded translation would not be reproducible."""
+    cores = max(1, cores or len(os.sched_getaffinity(0)))
+    sampling = options.sampling_topk != 1
+    return dict(inter_threads=1 if sampling else cores, intra_threads=1)
+
+
 def load_translator(path, assets, compute_type="default", threads=None):
     """A `ctranslate2.Translator` for the model directory `path`, checked against the config's
     vocabularies (a model exported from another config would translate garbage). `threads`:
-    default every core this process may use."""
+    `thread_settings`' dict (default: for greedy or beam search on every core), or a number of
+    batches translated at once, one thread each."""
     import ctranslate2
 
     if not os.path.isfile(os.path.join(path, "model.bin")):
         raise MissingFileError(f"--ctranslate2 {path}: no CTranslate2 model (model.bin) there; "
                                 "write one with `run.py export --format ctranslate2`")
     _check_vocabularies(path, assets)
-    threads = threads or len(os.sched_getaffinity(0))
+    if not isinstance(threads, dict):
+        threads = dict(inter_threads=threads or len(os.sched_getaffinity(0)), intra_threads=1)
     try:
-        return ctranslate2.Translator(path, device="cpu", compute_type=compute_type,
-                                      inter_threads=1, intra_threads=threads)
+        return ctranslate2.Translator(path, device="cpu", compute_type=compute_type, **threads)
     except (RuntimeError, ValueError, OSError) as error:  # a damaged or foreign model.bin
         raise ModelDirectoryError(f"--ctranslate2 {path}: not a loadable CTranslate2 model: "
                                   f"{_first_line(error)}") from None
@@ -145,24 +167,40 @@ def translate_file(translator, assets, inference_input, options, progress=True, 
     batches = data.batches
     if progress:
         batches = tqdm(batches, desc="translating", unit="batch", file=sys.stderr, leave=False)
+    # Batches are submitted ahead (asynchronous) and read in order: the translator's
+    # inter_threads translate that many at once (thread_settings). A sampling translator has one.
+    ahead = 2 * getattr(translator, "num_translators", 1)
+    pending = collections.deque()
     for indices in batches:
         sources = [list(data.corpus.tokens[int(i)]) for i in indices]
-        outputs = translator.translate_batch(sources, max_batch_size=0, **arguments)
-        for index, source, output in zip(indices, sources, outputs):
-            hypotheses = [_known(tokens, unk_token) for tokens in output.hypotheses]
-            # (decoding noise: applied to the tokens as inference.translate does)
-            noisy = [noise(tokens) for tokens in hypotheses]
-            scores = output.scores
-            if arguments["length_penalty"] != 0 or arguments["coverage_penalty"] != 0:
-                # CTranslate2 then returns penalized scores: rescore for the plain log-probability.
-                scores = [sum(r.log_probs) for r in translator.score_batch(
-                    [source] * len(hypotheses), hypotheses, max_input_length=0)]
-            attention = output.attention if alignments else [None] * len(hypotheses)
-            results[int(index)] = [
-                (assets.target_tokenizer.detokenize(tokens), float(score))
-                + ((np.asarray(vectors, np.float32).reshape(len(vectors), -1),) if alignments else ())
-                for tokens, score, vectors in zip(noisy, scores, attention)]
+        pending.append((indices, sources, translator.translate_batch(
+            sources, max_batch_size=0, asynchronous=True, **arguments)))
+        if len(pending) >= ahead:
+            _collect(*pending.popleft(), translator, assets, arguments, noise, unk_token, results)
+    while pending:
+        _collect(*pending.popleft(), translator, assets, arguments, noise, unk_token, results)
     return results
+
+
+def _collect(indices, sources, outputs, translator, assets, arguments, noise, unk_token, results):
+    """Stores the translations of one submitted batch (`outputs`: its asynchronous results) in
+    `results`, as `translate_file` returns them."""
+    for index, source, output in zip(indices, sources, outputs):
+        output = output.result()
+        hypotheses = [_known(tokens, unk_token) for tokens in output.hypotheses]
+        # (decoding noise: applied to the tokens as inference.translate does)
+        noisy = [noise(tokens) for tokens in hypotheses]
+        scores = output.scores
+        if arguments["length_penalty"] != 0 or arguments["coverage_penalty"] != 0:
+            # CTranslate2 then returns penalized scores: rescore for the plain log-probability.
+            scores = [sum(r.log_probs) for r in translator.score_batch(
+                [source] * len(hypotheses), hypotheses, max_input_length=0)]
+        attention = output.attention if arguments["return_attention"] else [None] * len(hypotheses)
+        results[int(index)] = [
+            (assets.target_tokenizer.detokenize(tokens), float(score))
+            + ((np.asarray(vectors, np.float32).reshape(len(vectors), -1),)
+               if arguments["return_attention"] else ())
+            for tokens, score, vectors in zip(noisy, scores, attention)]
 
 
 def _known(tokens, unk):
