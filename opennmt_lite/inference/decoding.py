@@ -332,6 +332,9 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
             ),
         ),
         maximum_iterations=options.maximum_decoding_length,
+        # One step at a time, as OpenNMT-tf: each step needs the previous one's output, and
+        # the default (10) only lets the executor spread a step's small ops over more threads.
+        parallel_iterations=1,
     )
     return _finalize(loop, batch_size, beam_width, n_best)
 
