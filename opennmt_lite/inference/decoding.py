@@ -214,7 +214,10 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
     step_fn(ids [rows], step (int32 scalar), state) -> (logits [rows, vocab], state,
     attention [rows, src_time]), with rows = batch_size * beam_width, the beams of a sentence
     contiguous. The state is the decoder's: when beams are reordered only
-    `state["layers"][i]["self_kv"]` is gathered; everything else is the same for all beams.
+    `state["layers"][i]["self_kv"]` ([rows, ..., time, depth]) is gathered, or, when the state
+    has one, only `state["self_kv_index"]` [rows, time] (the index of the decoder's
+    `DecodingCache` buffers, which grow in their first dimension and are left in place);
+    everything else is the same for all beams.
     options: a DecodingOptions. source_time: the source length of the attention vectors (a
     scalar), needed to return the attention history (`return_attention`) and for the coverage
     penalty. call_index: varies sampling's draws between calls (see `translation_function`).
@@ -322,12 +325,16 @@ def dynamic_decode(step_fn, initial_state, batch_size, options=DecodingOptions()
         shape_invariants=(
             dict(
                 tf.nest.map_structure(_growing_shape, loop),
+                state=_state_shape(loop["state"]),
                 history=tf.TensorShape([loop["history"].shape[0], None]),
                 **({"parents": tf.TensorShape([loop["parents"].shape[0], None])}
                    if "parents" in loop else {}),
             ),
         ),
         maximum_iterations=options.maximum_decoding_length,
+        # One step at a time, as OpenNMT-tf: each step needs the previous one's output, and
+        # the default (10) only lets the executor spread a step's small ops over more threads.
+        parallel_iterations=1,
     )
     return _finalize(loop, batch_size, beam_width, n_best)
 
@@ -373,7 +380,10 @@ def _coverage_penalty(coverage, finished):
 
 
 def _reorder_self_attention_cache(state, parents):
-    """Gathers the rows of the growing self-attention keys/values; memory entries are shared."""
+    """Gathers the rows of the growing self-attention keys/values (or of the index of the
+    decoder's cache buffers, when it has one); memory entries are shared."""
+    if "self_kv_index" in state:
+        return dict(state, self_kv_index=tf.gather(state["self_kv_index"], parents))
     layers = [
         dict(layer, self_kv=tuple(tf.gather(tensor, parents) for tensor in layer["self_kv"]))
         for layer in state["layers"]
@@ -387,6 +397,22 @@ def _growing_shape(tensor):
     if shape.rank is None or shape.rank < 3:
         return shape
     return tf.TensorShape([shape[0]] + [None] * (shape.rank - 2) + [shape[-1]])
+
+
+def _state_shape(state):
+    """Loop shape invariant of the decoder's state: `_growing_shape`, except for the cache
+    buffers of a state with "self_kv_index" (capacity and rows vary, then heads and depth) and
+    that index (time varies)."""
+    shapes = tf.nest.map_structure(_growing_shape, state)
+    if "self_kv_index" not in state:
+        return shapes
+    shapes["self_kv_index"] = tf.TensorShape([state["self_kv_index"].shape[0], None])
+    shapes["layers"] = [
+        dict(shape, self_kv=tuple(tf.TensorShape([None, None]).concatenate(t.shape[2:])
+                                  for t in layer["self_kv"]))
+        for shape, layer in zip(shapes["layers"], state["layers"])
+    ]
+    return shapes
 
 
 def _finalize(loop, batch_size, beam_width, n_best):

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers.common import Dense, apply_dropout, einsum, make_seed_generator, matmul
+from opennmt_lite.layers.fast_paths import DecodingCache
 from opennmt_lite.recorder import record
 
 
@@ -83,11 +84,16 @@ class MultiHeadAttention(keras.layers.Layer):
          attention_mask=None: [batch, time_k] or [batch, time_q, time_k], 1 = may attend,
          cache=None: (keys, values) [batch, heads, time_cached, depth / heads],
          positions=None: [time_q] int32, the queries' absolute positions, read by relative
-         positions (None: 0 .. time_q - 1, a whole sequence without cache))
+         positions (None: 0 .. time_q - 1, a whole sequence without cache),
+         cache_index=None: with a cache of `DecodingCache` buffers (the decoding fast path),
+         [batch, time_k] int32, the buffer slots of the keys/values to attend to)
     -> (outputs [batch, time_q, depth], (keys, values)[, attention [batch, heads, time_q, time_k]])
 
     In self-attention the cache holds the projected keys/values of earlier positions and grows by
     the new ones; in memory attention it holds the projected memory, computed once (`project_kv`).
+    With `cache_index`, the cache is a pair of `DecodingCache` buffers [capacity, batch, heads,
+    depth / heads]: the one new position (time_q 1, at positions[0]) is written into them, and
+    the keys/values are read at `cache_index`; the buffers are returned as the cache.
 
     Records queries, keys, values, (with relative positions) relative_positions, relative_keys,
     relative_values [time_q, time_k, depth / heads], content_logits, relative_logits, then logits,
@@ -146,18 +152,24 @@ class MultiHeadAttention(keras.layers.Layer):
         return keys, values
 
     def call(self, inputs, memory=None, attention_mask=None, cache=None, positions=None,
-             training=None):
+             training=None, cache_index=None):
         queries = split_heads(self.linear_queries(inputs), self.num_heads)
         queries *= tf.cast(self.num_units_per_head**-0.5, queries.dtype)
+        new_cache = None
         if memory is None:
             keys, values = self.project_kv(inputs)
-            if cache is not None:
+            if cache_index is not None:
+                new_cache = tuple(DecodingCache.write(buffer, new, positions[0])
+                                  for buffer, new in zip(cache, (keys, values)))
+                keys, values = (DecodingCache.read(buffer, cache_index) for buffer in new_cache)
+            elif cache is not None:
                 keys = tf.concat([cache[0], keys], axis=2)
                 values = tf.concat([cache[1], values], axis=2)
         elif cache is not None:
             keys, values = cache
         else:
             keys, values = self.project_kv(memory)
+        new_cache = (keys, values) if new_cache is None else new_cache
         record("queries", queries)
         record("keys", keys)
         record("values", values)
@@ -212,8 +224,8 @@ class MultiHeadAttention(keras.layers.Layer):
         record("output", outputs)
 
         if self.return_attention:
-            return outputs, (keys, values), attention
-        return outputs, (keys, values)
+            return outputs, new_cache, attention
+        return outputs, new_cache
 
     def compute_output_shape(self, input_shape):
         """The shape of `outputs` only (what LayerWrapper's output norm needs)."""

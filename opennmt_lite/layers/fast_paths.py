@@ -18,6 +18,12 @@ model computes beyond float rounding (and which dropout mask a seed draws):
   output and the input, not the ReLU output and the mask as well; in float32 the dropout scale is
   folded into the kernel and bias (measured on an AVX2 CPU, where a pass over [tokens, units] is
   not fused).
+- the decoding cache (`DecodingCache`): incremental decoding keeps the self-attention keys and
+  values of earlier positions in time-major buffers written in place, and a beam search reorders
+  only an index of buffer rows [rows, time] int32; the plain cache is a [rows, heads, time, depth]
+  tensor grown by a concatenation and gathered whole at each beam reordering: two copies of every
+  layer's keys and values per step, which dominated a small model's decoding (measured,
+  docs/performance.md). Attention reads the same values in the same order (same numbers).
 - `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
   are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
@@ -251,3 +257,60 @@ def layer_norm_inference(x, gamma, beta, epsilon):
         data_format="NCHW",
     )
     return tf.reshape(normalized, shape) * gamma + beta
+
+
+class DecodingCache:
+    """The self-attention cache of incremental decoding, written in place (the fast path).
+
+    Each layer's keys and values live in buffers [capacity, rows, heads, depth] (time-major), whose
+    slot `position * rows + row` holds what row `row` projected at step `position`; capacity
+    doubles when full (amortized: each position is copied about once). The decoding state's
+    index `rows_index` [rows, time] int32 lists, for each row, the slots of its hypothesis'
+    earlier positions in order: reordering beams gathers this index (int32, [rows, time]) instead
+    of every layer's keys and values, and attention gathers its keys and values from the buffer
+    once per step (`read`) instead of concatenating and, after the beam search, gathering them.
+    The buffers are updated with InplaceUpdate, which reuses the buffer when nothing else holds
+    it (true in the decoding loop): appending costs one position, not the cache. (Not a TFLite
+    builtin: TFLite traces the plain formulas, with the fast paths off.)
+    """
+
+    MINIMUM_CAPACITY = 16
+
+    @staticmethod
+    def empty_buffer(rows, heads, depth, dtype):
+        """An empty buffer [0, rows, heads, depth]."""
+        return tf.zeros([0, rows, heads, depth], dtype)
+
+    @classmethod
+    def with_room(cls, buffers, step):
+        """`buffers` (a list of same-shaped buffers) with capacity for position `step` (int32
+        scalar): doubled (at least MINIMUM_CAPACITY) when full, else unchanged."""
+        capacity = tf.shape(buffers[0])[0]
+
+        def grown():
+            extra = tf.maximum(capacity, cls.MINIMUM_CAPACITY)
+            return [tf.concat([b, tf.zeros(tf.concat([[extra], tf.shape(b)[1:]], 0), b.dtype)], 0)
+                    for b in buffers]
+
+        return tf.cond(step >= capacity, grown, lambda: [tf.identity(b) for b in buffers])
+
+    @staticmethod
+    def index(rows_index, step):
+        """rows_index [rows, time] -> [rows, time + 1]: with the slot of this step's position."""
+        rows = tf.shape(rows_index)[0]
+        current = tf.cast(step, tf.int32) * rows + tf.range(rows)
+        return tf.concat([rows_index, current[:, tf.newaxis]], axis=1)
+
+    @staticmethod
+    def write(buffer, values, step):
+        """`buffer` with `values` [rows, heads, 1, depth] (one position) at position `step`."""
+        values = tf.reshape(values, tf.concat([[1], tf.shape(buffer)[1:]], 0))
+        return tf.raw_ops.InplaceUpdate(x=buffer, i=tf.reshape(tf.cast(step, tf.int32), [1]),
+                                        v=values)
+
+    @staticmethod
+    def read(buffer, index):
+        """The keys or values at the slots `index` [rows, time] -> [rows, heads, time, depth]."""
+        heads, depth = buffer.shape[2], buffer.shape[3]
+        slots = index[:, tf.newaxis, :] * heads + tf.range(heads)[tf.newaxis, :, tf.newaxis]
+        return tf.gather(tf.reshape(buffer, [-1, depth]), slots)

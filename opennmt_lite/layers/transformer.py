@@ -196,7 +196,9 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
     call(inputs [batch, time, depth], attention_mask [batch, time, time] (future and padding),
          memory [batch, src_time, depth], memory_mask [batch, src_time],
          cache: {"self_kv": (k, v), "memory_kv": (k, v)} for step-by-step decoding,
-         positions [time] (absolute, for relative positions; None: 0 .. time - 1))
+         positions [time] (absolute, for relative positions; None: 0 .. time - 1),
+         cache_index: the self-attention's `cache_index` when "self_kv" holds `DecodingCache`
+         buffers (see MultiHeadAttention))
     -> (outputs [batch, time, depth], new cache, attention over memory [batch, heads, time, src_time])
 
     `attention` is a list with one wrapper per source, as in OpenNMT-tf (checkpoint path
@@ -230,6 +232,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
         cache=None,
         positions=None,
         training=None,
+        cache_index=None,
     ):
         cache = cache or {}
         with recording_scope("self_attention"):
@@ -239,6 +242,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
                 cache=cache.get("self_kv"),
                 positions=positions,
                 training=training,
+                cache_index=cache_index,
             )
         with recording_scope("attention"):
             outputs, memory_kv, attention = self.attention[0](

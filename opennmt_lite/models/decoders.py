@@ -4,7 +4,9 @@ import keras
 import tensorflow as tf
 
 from opennmt_lite import PACKAGE
+from opennmt_lite.layers import fast_paths
 from opennmt_lite.layers.common import Dense
+from opennmt_lite.layers.fast_paths import DecodingCache
 from opennmt_lite.layers.position import absolute_positions
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
 from opennmt_lite.models.stack import TransformerStack
@@ -60,7 +62,8 @@ class SelfAttentionDecoder(TransformerStack):
             self.layer_norm.build(inputs_shape)
         self.output_layer.build(inputs_shape)
 
-    def _run(self, x, attention_mask, memory, memory_mask, cache, step, training):
+    def _run(self, x, attention_mask, memory, memory_mask, cache, step, training,
+             cache_index=None):
         positions = absolute_positions(x, step)
         x = self.embed(x, positions, training)
         new_cache = []
@@ -75,6 +78,7 @@ class SelfAttentionDecoder(TransformerStack):
                     cache=None if cache is None else cache[i],
                     positions=positions,
                     training=training,
+                    cache_index=cache_index,
                 )
             new_cache.append(layer_cache)
         if self.layer_norm is not None:
@@ -112,6 +116,9 @@ class SelfAttentionDecoder(TransformerStack):
 
         Tensors are [batch, heads, time, depth / heads]; "memory_mask" is [batch, src_time].
         Beam search reorders only the self-attention entries: the rest is the same for all beams.
+        With the fast paths on, the self-attention entries are `DecodingCache` buffers
+        [capacity, batch, heads, depth / heads] instead, and "self_kv_index" [batch, time] int32
+        lists the buffer slots of each row's positions: then beam search reorders only that index.
         """
         batch = tf.shape(memory)[0]
         heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
@@ -121,6 +128,9 @@ class SelfAttentionDecoder(TransformerStack):
             "memory_mask": self._memory_mask(memory, memory_sequence_length),
             "layers": [],
         }
+        if fast_paths.enabled():
+            empty = DecodingCache.empty_buffer(batch, heads, units // heads, memory.dtype)
+            state["self_kv_index"] = tf.zeros([batch, 0], tf.int32)
         for layer in self.layers:
             memory_kv = layer.attention[0].layer.project_kv(memory)
             state["layers"].append({"self_kv": (empty, empty), "memory_kv": memory_kv})
@@ -128,16 +138,26 @@ class SelfAttentionDecoder(TransformerStack):
 
     def step(self, inputs, step, state, training=None):
         """One decoding step: inputs [batch, depth] (embedding of the previous token)."""
+        layers, cache_index = state["layers"], None
+        new_state = dict(state)
+        if "self_kv_index" in state:  # the fast path's buffers (see initial_state)
+            cache_index = DecodingCache.index(state["self_kv_index"], step)
+            new_state["self_kv_index"] = cache_index
+            buffers = DecodingCache.with_room(
+                [buffer for layer in layers for buffer in layer["self_kv"]], step)
+            layers = [dict(layer, self_kv=tuple(buffers[2 * i:2 * i + 2]))
+                      for i, layer in enumerate(layers)]
         logits, layers, attention = self._run(
             inputs[:, tf.newaxis, :],
             None,
             state["memory"],
             state["memory_mask"],
-            state["layers"],
+            layers,
             step,
             training,
+            cache_index,
         )
-        new_state = dict(state, layers=layers)
+        new_state["layers"] = layers
         return logits[:, 0], new_state, attention[:, 0]
 
     # No compute_output_shape: symbolic calls trace `call` for its (logits, attention).
