@@ -473,22 +473,12 @@ class ShapePlanner:
         self.carry = np.zeros(0, dtype=np.int64)
         self.oversized_batches = 0
 
-    def plan_epoch(self, order, rng=None, final=True):
-        """Batches of one epoch over `order`; `rng` shuffles each window's batches (None keeps
-        them by shape). Returns (batches, dropped example indices: always empty)."""
-        order = np.asarray(order, dtype=np.int64)
-        window = self.window or max(len(order), 1)
-        batches = []
-        for start in range(0, len(order), window):
-            members = np.concatenate([self.carry, order[start:start + window]])
-            last = start + window >= len(order)
-            window_batches, self.carry = self._plan_window(members, flush=last and final)
-            if rng is not None:
-                window_batches = [window_batches[i] for i in rng.permutation(len(window_batches))]
-            batches.extend(window_batches)
-        return batches, np.zeros(0, dtype=np.int64)
+    # SortedPlanner's loop over windows (its carry flushed at the end of a final pass, so that
+    # nothing is dropped: every example fits its shape's batch).
+    plan_epoch = SortedPlanner.plan_epoch
 
-    def _plan_window(self, members, flush):
+    def _plan_window(self, members, carry_partial):
+        flush = not carry_partial
         plan = self.plan
         shape_of = plan.example_shape[members]
         batches, carried = [], []
