@@ -23,11 +23,9 @@ AVX512_VNNI/BF16/AMX, where TensorFlow leaves oneDNN off).
 
 import argparse
 import collections
-import glob
 import hashlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -41,7 +39,6 @@ FIXTURE_CONFIG = os.path.join("tests", "fixtures", "onmt_fixture.yml")
 SENTENCES = os.path.join(FIXTURE, "test.first100.tok.en")
 CACHE = os.path.join(ROOT, "runs", "bench_cache", "profile_serving")
 ONMT_PYTHON = os.environ.get("ONMT_PYTHON", "/work/onmt-venv/bin/python")
-NESTING_EVENTS = {"ParallelFor", "Process", "ExecutorState::Process"}
 
 
 def checkout_key(path):
@@ -131,25 +128,15 @@ def onmt_translator():
 
 
 def read_ops(logdir):
-    """{op type: seconds} of every TensorFlow op in the profile."""
-    from tensorflow.tsl.profiler.protobuf import xplane_pb2
+    """{op type: seconds} of every TensorFlow op in the profile (profile_step's trace reader,
+    without tf.data's threads)."""
+    sys.path.insert(0, BENCH_DIR)
+    import profile_step
 
-    space = xplane_pb2.XSpace()
-    with open(glob.glob(os.path.join(logdir, "**", "*.xplane.pb"), recursive=True)[0], "rb") as f:
-        space.ParseFromString(f.read())
     totals = collections.Counter()
-    for plane in space.planes:
-        if not plane.name.startswith("/host:CPU"):
-            continue
-        names = {key: value.name for key, value in plane.event_metadata.items()}
-        for line in plane.lines:
-            if not re.match(r"tf_(Compute|inter)|TfCompute", line.name):
-                continue
-            for event in line.events:
-                name = names.get(event.metadata_id, "?")
-                if name.startswith("ExecutorState") or name in NESTING_EVENTS:
-                    continue
-                totals[name.rpartition(":")[2] or name] += event.duration_ps / 1e12
+    for _, op_type, thread, seconds in profile_step.read_trace(logdir):
+        if not thread.startswith("tf_data"):
+            totals[op_type] += seconds
     return totals
 
 
