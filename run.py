@@ -7,7 +7,7 @@ import sys
 from opennmt_lite import cli
 
 if __name__ == "__main__":
-    cli.set_xla_cache(sys.argv[1:])  # (before TensorFlow starts: XLA reads its flags once)
+    cli.before_tensorflow(sys.argv[1:])  # (XLA's cache, the CPU kernels: read once, at start)
 cli.import_tensorflow_quietly()  # at import, as before: `import run` leaves TensorFlow set up
 
 

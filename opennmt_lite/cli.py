@@ -132,11 +132,12 @@ def guarded(action, what):
     return 0
 
 
-def set_xla_cache(argv):
-    """`train` with train.jit_compile: XLA's cache directory set before TensorFlow's first device
-    query, which reads XLA's flags once (`cpu.use_xla_cache`). The config files (and no other
-    option) are read here for that alone, without TensorFlow; a config that fails to load is left
-    to the command, which reports it."""
+def before_tensorflow(argv):
+    """What `train` must settle before TensorFlow starts, which reads its flags once: XLA's cache
+    directory with train.jit_compile (`cpu.use_xla_cache`), and the CPU kernels of float32
+    training (`cpu.choose_training_kernels`). The config files (and no other option) are read here
+    for that alone, without TensorFlow; a config that fails to load is left to the command, which
+    reports it."""
     if not argv or argv[0] != "train" or "--config" not in argv or "--num_devices" in argv:
         return
     files = []
@@ -144,6 +145,7 @@ def set_xla_cache(argv):
         if item.startswith("-"):
             break
         files.append(item)
+    from opennmt_lite import cpu
     from opennmt_lite.config import load_config
 
     try:
@@ -151,15 +153,15 @@ def set_xla_cache(argv):
     except Exception:  # (reported by the command)
         return
     if config.train.jit_compile and config.train.num_devices == 1:
-        from opennmt_lite.cpu import use_xla_cache
-
-        use_xla_cache(config.model_dir)
+        cpu.use_xla_cache(config.model_dir)
+    if config.train.num_devices == 1:
+        cpu.choose_training_kernels(config.train.mixed_precision, config.train.sub_batches)
 
 
 def main(argv=None, prog=PROG):
     """Runs one command; returns the exit status (see `guarded`). `prog` is the name the help
     and the messages give the program (`run.py` when run so)."""
-    set_xla_cache(sys.argv[1:] if argv is None else argv)
+    before_tensorflow(sys.argv[1:] if argv is None else argv)
     import_tensorflow_quietly()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog)

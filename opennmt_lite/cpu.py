@@ -10,17 +10,19 @@ bfloat16 op (`NATIVE`). The environment variable OPENNMT_LITE_BF16_MATMUL=native
 either path. `opennmt_lite.layers.fast_paths.configure` calls `bfloat16_matmul_path` once, at
 start-up, and the layers consult what it stored, not the environment.
 
-It also chooses `train.sub_batches` when the config leaves it unset (`default_sub_batches`):
-without AVX-512, TensorFlow runs its own Eigen kernels instead of oneDNN's, and splitting every
-small op over both cores costs more there; two single-threaded passes side by side measured
-+14 % training throughput on a 2-core AVX2 EPYC (docs/performance.md), against +4 % (for
-0.25 GB more memory) on AVX-512 hosts, where it stays 1.
+It also chooses `train.sub_batches` when the config leaves it unset (`default_sub_batches`): two
+single-threaded passes side by side on a CPU of two or more cores, which beat one pass over both
+cores on every 2-core host measured (AVX2 EPYC: +14 %; AVX-512 EPYC with the pooling allocator:
++12 % float32, +18 % mixed_bfloat16; docs/performance.md), and the kernels of float32 training
+(`choose_training_kernels`): TensorFlow's own (Eigen) kernels rather than oneDNN's, which run
+those two passes as fast in 0.25 GB less memory.
 """
 
 import dataclasses
 import functools
 import logging
 import os
+import sys
 
 from opennmt_lite.errors import EnvironmentVariableError
 
@@ -138,9 +140,44 @@ def use_xla_cache(model_dir):
     logger.info("XLA: compiled programs cached in %s", directory)
 
 
+ONEDNN_ENV = "TF_ENABLE_ONEDNN_OPTS"
+
+
+def choose_training_kernels(mixed_precision, sub_batches=None, environ=None):
+    """Float32 training on a CPU, in side-by-side sub-batches, runs TensorFlow's own (Eigen)
+    kernels: sets TF_ENABLE_ONEDNN_OPTS=0 in `environ` (default os.environ) before TensorFlow
+    starts. Not when the variable is already set, a mixed precision is asked for (bfloat16's fast
+    products are oneDNN's), `sub_batches` (train.sub_batches; None: unset) is 1 or would default
+    to 1 (one pass over both cores is faster with oneDNN), a GPU trains, or TensorFlow has already
+    started in this process (it reads the variable once, at import). Measured on a 2-core AVX-512
+    EPYC, two sub-batches: the same tokens/s as with oneDNN (5 762 / 5 725 against 5 778 /
+    5 913) in 1.55 GB of memory instead of 1.78; one pass: 4 598 / 4 894 against 5 177 / 5 163.
+    Where TensorFlow leaves oneDNN off anyway (CPUs without AVX-512) it changes nothing.
+    Returns whether it set the variable."""
+    environ = os.environ if environ is None else environ
+    if sub_batches is None:
+        sub_batches = 2 if (os.cpu_count() or 1) >= 2 and cpu_features().flags else 1
+    if (ONEDNN_ENV in environ or mixed_precision not in (None, False, "false", "float32")
+            or sub_batches < 2 or os.path.exists("/proc/driver/nvidia")
+            or "tensorflow" in sys.modules):
+        return False
+    environ[ONEDNN_ENV] = "0"
+    return True
+
+
+def onednn_enabled():
+    """Whether this process' TensorFlow runs oneDNN's kernels (it decides at import)."""
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+    except ImportError:  # (another TensorFlow build)
+        return None
+    return bool(_pywrap_util_port.IsMklEnabled())
+
+
 def default_sub_batches(num_devices=1, jit_compile=False):
     """`train.sub_batches` when the config does not set it: 2 on a CPU with at least 2 cores and
-    no AVX-512, training on one device without XLA and without a GPU; 1 otherwise. Logged."""
+    known instruction sets, training on one device without XLA and without a GPU; 1 otherwise.
+    Logged, with the kernels TensorFlow runs."""
     features = cpu_features()
     if num_devices > 1 or jit_compile:
         value, reason = 1, "several devices" if num_devices > 1 else "train.jit_compile"
@@ -148,13 +185,13 @@ def default_sub_batches(num_devices=1, jit_compile=False):
         value, reason = 1, "one core"
     elif not features.flags:
         value, reason = 1, "instruction sets unknown"
-    elif features.avx512:
-        value, reason = 1, "AVX-512 CPU (oneDNN kernels)"
     elif gpu_present():
         value, reason = 1, "GPU"
     else:
-        value, reason = 2, "no AVX-512: two single-threaded passes side by side are faster"
-    logger.info("CPU: %s; train.sub_batches unset: %d (%s)", features.describe(), value, reason)
+        value, reason = 2, "two single-threaded passes side by side are faster"
+    kernels = {True: "oneDNN kernels", False: "TensorFlow's own kernels", None: "kernels unknown"}
+    logger.info("CPU: %s, %s; train.sub_batches unset: %d (%s)", features.describe(),
+                kernels[onednn_enabled()], value, reason)
     return value
 
 

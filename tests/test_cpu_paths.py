@@ -8,6 +8,9 @@ does with it. OPENNMT_LITE_BF16_MATMUL picks either path at start-up, and
 """
 
 import logging
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -18,6 +21,8 @@ from opennmt_lite import cpu, errors
 from opennmt_lite.layers import Dense, fast_paths
 from opennmt_lite.layers.attention import MultiHeadAttention
 from opennmt_lite.layers.fast_paths import dense_relu_dropout, einsum, matmul
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 U = 2.0**-8  # bfloat16's unit roundoff (8 significant bits)
 
@@ -139,8 +144,8 @@ def test_default_path_follows_the_hardware(monkeypatch):
     (EPYC, 2, True, 1, False, 1),             # a GPU trains
     (EPYC, 2, False, 2, False, 1),            # several replicas
     (EPYC, 2, False, 1, True, 1),             # XLA
-    (COOPER_LAKE, 2, False, 1, False, 1),     # AVX-512: oneDNN kernels, +4 % for 0.25 GB
-    (SKYLAKE, 2, False, 1, False, 1),
+    (COOPER_LAKE, 2, False, 1, False, 2),     # AVX-512 too (+12 % float32, +18 % bfloat16)
+    (SKYLAKE, 2, False, 1, False, 2),
     ("", 2, False, 1, False, 1),              # unknown instruction sets
 ])
 def test_default_sub_batches_follow_the_cpu(monkeypatch, caplog, info, cores, gpu, devices, jit,
@@ -154,7 +159,7 @@ def test_default_sub_batches_follow_the_cpu(monkeypatch, caplog, info, cores, gp
     assert f"unset: {expected} (" in line and cpu.parse_cpuinfo(info).describe() in line
 
 
-@pytest.mark.parametrize("info, configured, expected", [(EPYC, None, 2), (COOPER_LAKE, None, 1),
+@pytest.mark.parametrize("info, configured, expected", [(EPYC, None, 2), ("", None, 1),
                                                         (EPYC, 1, 1), (COOPER_LAKE, 3, 3)])
 def test_the_trainer_takes_the_cpu_choice_only_when_unset(tmp_path, monkeypatch, info, configured,
                                                           expected):
@@ -168,6 +173,81 @@ def test_the_trainer_takes_the_cpu_choice_only_when_unset(tmp_path, monkeypatch,
     trainer = build.trainer(training_config(tmp_path, model=TINY_MODEL, train=train),
                             with_evaluation=False)
     assert trainer.train_step.sub_batches == expected
+
+
+@pytest.mark.parametrize("precision, sub_batches, preset, nvidia, started, expected", [
+    ("false", None, None, False, False, "0"),   # float32, side-by-side passes: Eigen kernels
+    (None, 2, None, False, False, "0"),
+    ("bfloat16", None, None, False, False, None),  # bfloat16's fast products are oneDNN's
+    ("float16", None, None, False, False, None),
+    ("false", 1, None, False, False, None),     # one pass over both cores: oneDNN is faster
+    ("false", None, "1", False, False, "1"),    # the user's value wins
+    ("false", None, None, True, False, None),   # a GPU trains
+    ("false", None, None, False, True, None),   # TensorFlow already read the variable
+])
+def test_float32_training_chooses_tensorflows_own_kernels(monkeypatch, precision, sub_batches,
+                                                         preset, nvidia, started, expected):
+    monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo(COOPER_LAKE))
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu.os.path, "exists", lambda path: nvidia and path == "/proc/driver/nvidia")
+    modules = dict(cpu.sys.modules)
+    if not started:
+        modules.pop("tensorflow", None)
+    monkeypatch.setattr(cpu.sys, "modules", modules)
+    environ = {} if preset is None else {cpu.ONEDNN_ENV: preset}
+    assert cpu.choose_training_kernels(precision, sub_batches, environ) == (
+        expected == "0" and preset is None)
+    assert environ.get(cpu.ONEDNN_ENV) == expected
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 1)  # one core: one pass, oneDNN kept
+    environ = {}
+    assert not cpu.choose_training_kernels("false", None, environ) and not environ
+
+
+def test_the_commands_choose_the_kernels_before_tensorflow_starts(tmp_path, monkeypatch):
+    """run.py train / onmt-main train hand the config's precision and sub-batches, and the
+    thread pools given, to `choose_training_kernels` (before TensorFlow's import, which reads
+    TF_ENABLE_ONEDNN_OPTS once); other commands choose nothing."""
+    from opennmt_lite import cli
+    from opennmt_lite.onmt import main as onmt_main
+
+    calls = []
+    monkeypatch.setattr(cpu, "choose_training_kernels", lambda *args: calls.append(args))
+    config = tmp_path / "c.yml"
+    config.write_text(f"model_dir: {tmp_path}/run\nmodel: {{preset: TransformerTiny}}\n"
+                      "train: {mixed_precision: bfloat16, sub_batches: 3}\n")
+    cli.before_tensorflow(["train", "--config", str(config)])
+    cli.before_tensorflow(["infer", "--config", str(config)])
+    assert calls == [("bfloat16", 3)]
+    calls.clear()
+    onmt_config = tmp_path / "onmt.yml"
+    onmt_config.write_text("model_dir: run\ntrain:\n  batch_size: 64\n")
+    for argv in (["--config", str(onmt_config), "train"],
+                 ["--config", str(onmt_config), "--intra_op_parallelism_threads", "2", "train"],
+                 ["--config", str(config), "train"],
+                 ["--config", str(onmt_config), "infer", "--features_file", "x"]):
+        onmt_main._choose_training_kernels(onmt_main.parse_args(argv))
+    assert calls == [(None, None), (None, 1), ("bfloat16", 3)]
+
+
+def test_float32_training_starts_tensorflow_without_onednn(tmp_path):
+    """In a fresh process, as `run.py train` starts: TensorFlow comes up with its own kernels
+    (TF_ENABLE_ONEDNN_OPTS=0 set before its import), and a value the user gave stays."""
+    config = tmp_path / "c.yml"
+    config.write_text(f"model_dir: {tmp_path}/run\nmodel: {{preset: TransformerTiny}}\n")
+    script = (
+        "import os, sys\n"
+        "from opennmt_lite import cli\n"
+        f"cli.before_tensorflow(['train', '--config', {str(config)!r}])\n"
+        "from opennmt_lite.cpu import onednn_enabled\n"
+        "print('kernels', os.environ.get('TF_ENABLE_ONEDNN_OPTS'), onednn_enabled())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            cwd=REPO, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    side_by_side = (os.cpu_count() or 1) >= 2 and cpu.cpu_features().flags
+    expected = "kernels 0 False" if side_by_side else "kernels None"
+    assert expected in result.stdout
 
 
 def matmul_dtypes(path, monkeypatch, dtype):

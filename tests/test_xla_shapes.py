@@ -172,20 +172,20 @@ def test_the_config_keys_reach_the_training_input(tmp_path, monkeypatch):
 
 def test_the_xla_cache_is_set_before_tensorflow_starts(tmp_path, monkeypatch):
     from opennmt_lite import cpu
-    from opennmt_lite.cli import set_xla_cache
+    from opennmt_lite.cli import before_tensorflow
 
     monkeypatch.delenv("TF_XLA_FLAGS", raising=False)
     config = tmp_path / "c.yml"
     config.write_text(f"model_dir: {tmp_path}/run\nmodel: {{preset: TransformerTiny}}\n"
                       "train: {jit_compile: true}\n")
-    set_xla_cache(["train", "--config", str(config), "--log_level", "INFO"])
+    before_tensorflow(["train", "--config", str(config), "--log_level", "INFO"])
     assert os.environ["TF_XLA_FLAGS"] == f"--tf_xla_persistent_cache_directory={tmp_path}/run/xla_cache"
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_persistent_cache_directory=/elsewhere")
     cpu.use_xla_cache(str(tmp_path))
     assert os.environ["TF_XLA_FLAGS"] == "--tf_xla_persistent_cache_directory=/elsewhere"
     monkeypatch.delenv("TF_XLA_FLAGS")
     config.write_text(f"model_dir: {tmp_path}/run\nmodel: {{preset: TransformerTiny}}\n")
-    set_xla_cache(["train", "--config", str(config)])
+    before_tensorflow(["train", "--config", str(config)])
     assert "TF_XLA_FLAGS" not in os.environ
 
 

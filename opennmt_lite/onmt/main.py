@@ -563,6 +563,35 @@ def _set_up_tensorflow(args):
                 logger.warning("--gpu_allow_growth: %s is already initialized", device.name)
 
 
+def _choose_training_kernels(args):
+    """`train` on one device: the CPU kernels of float32 training, chosen before TensorFlow starts
+    (`cpu.choose_training_kernels`), from the YAML files' train.mixed_precision and
+    train.sub_batches (--mixed_precision trains in float32 on a CPU, as in OpenNMT-tf) and the
+    thread pools given (which keep one pass). A file that does not load is left to the run."""
+    if args.run_type != "train" or getattr(args, "num_gpus", 1) != 1:
+        return
+    import yaml
+
+    from opennmt_lite import cpu
+
+    train = {}
+    for path in args.config or []:
+        try:
+            with open(path, encoding="utf-8") as f:
+                section = (yaml.safe_load(f) or {}).get("train") or {}
+        except (OSError, yaml.YAMLError, AttributeError):
+            return
+        if not isinstance(section, dict):
+            return
+        train.update(section)
+    sub_batches = train.get("sub_batches")
+    if args.intra_op_parallelism_threads or args.inter_op_parallelism_threads:
+        sub_batches = sub_batches or 1
+    if sub_batches is not None and not isinstance(sub_batches, int):
+        return
+    cpu.choose_training_kernels(train.get("mixed_precision"), sub_batches)
+
+
 def main(argv=None):
     """Runs one OpenNMT-tf command line; returns the exit status: 0, 2 for a user error (one
     line on stderr), 1 for a bug (with its traceback), 128 + N after signal N."""
@@ -572,6 +601,7 @@ def main(argv=None):
         args = parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit:  # --help, --version (0), or a bad option, already printed (2)
         return exit.code
+    _choose_training_kernels(args)
     import_tensorflow_quietly()
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
