@@ -152,16 +152,18 @@ def before_tensorflow(argv):
         config = load_config(files, {})
     except Exception:  # (reported by the command)
         return
-    if config.train.jit_compile and config.train.num_devices == 1:
+    if config.train.num_devices != 1:
+        return
+    if config.train.jit_compile:
         cpu.use_xla_cache(config.model_dir)
-    if config.train.num_devices == 1:
-        cpu.choose_training_kernels(config.train.mixed_precision, config.train.sub_batches)
+    cpu.choose_training_kernels(config.train.mixed_precision, config.train.sub_batches)
 
 
 def main(argv=None, prog=PROG):
     """Runs one command; returns the exit status (see `guarded`). `prog` is the name the help
     and the messages give the program (`run.py` when run so)."""
-    before_tensorflow(sys.argv[1:] if argv is None else argv)
+    if "tensorflow" not in sys.modules:  # (run.py has done it, and started TensorFlow, already)
+        before_tensorflow(sys.argv[1:] if argv is None else argv)
     import_tensorflow_quietly()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog)

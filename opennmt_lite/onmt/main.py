@@ -350,11 +350,18 @@ def _train_overrides(args, user):
             logger.warning("Mixed precision not enabled: no GPU is detected")
     if getattr(args, "num_gpus", 1) != 1:
         train["num_devices"] = args.num_gpus
-    threads = args.intra_op_parallelism_threads or args.inter_op_parallelism_threads
-    if threads and (user.get("train") or {}).get("sub_batches") is None:
-        # The user's thread pools stay as given: no parallel sub-batches resizing them.
+    if _one_pass_for_given_pools(args, user):
         train["sub_batches"] = 1
     return train
+
+
+def _one_pass_for_given_pools(args, user):
+    """Whether thread pools are given on the command line while the files (`user`, merged) leave
+    train.sub_batches unset: the run then takes one sub-batch, so that the user's pools stay as
+    given (no parallel sub-batches resizing them)."""
+    threads = args.intra_op_parallelism_threads or args.inter_op_parallelism_threads
+    train = user.get("train")
+    return bool(threads) and (train.get("sub_batches") if isinstance(train, dict) else None) is None
 
 
 def configure(args):
@@ -565,28 +572,16 @@ def _set_up_tensorflow(args):
 
 def _choose_training_kernels(args):
     """`train` on one device: the CPU kernels of float32 training, chosen before TensorFlow starts
-    (`cpu.choose_training_kernels`), from the YAML files' train.mixed_precision and
-    train.sub_batches (--mixed_precision trains in float32 on a CPU, as in OpenNMT-tf) and the
-    thread pools given (which keep one pass). A file that does not load is left to the run."""
+    (`cpu.choose_training_kernels`), from the files' train.mixed_precision and train.sub_batches
+    (--mixed_precision trains in float32 on a CPU, as in OpenNMT-tf) and the thread pools given
+    (which keep one pass). Files that do not load are left to the run."""
     if args.run_type != "train" or getattr(args, "num_gpus", 1) != 1:
         return
-    import yaml
-
     from opennmt_lite import cpu
 
-    train = {}
-    for path in args.config or []:
-        try:
-            with open(path, encoding="utf-8") as f:
-                section = (yaml.safe_load(f) or {}).get("train") or {}
-        except (OSError, yaml.YAMLError, AttributeError):
-            return
-        if not isinstance(section, dict):
-            return
-        train.update(section)
-    sub_batches = train.get("sub_batches")
-    if args.intra_op_parallelism_threads or args.inter_op_parallelism_threads:
-        sub_batches = sub_batches or 1
+    user = _read_yaml(args.config or [])
+    train = user.get("train") if isinstance(user.get("train"), dict) else {}
+    sub_batches = 1 if _one_pass_for_given_pools(args, user) else train.get("sub_batches")
     if sub_batches is not None and not isinstance(sub_batches, int):
         return
     cpu.choose_training_kernels(train.get("mixed_precision"), sub_batches)
