@@ -17,17 +17,17 @@ from opennmt_lite.layers import Dense, FeedForwardNetwork, LayerNorm, fast_paths
 def _restore_fast_paths():
     before = fast_paths.setting()
     yield
-    fast_paths.configure(before.enabled, before.bfloat16_matmul)
+    fast_paths.configure(before.enabled, before.bfloat16_matmul, before.oriented_gradients)
 
 
 def random(*shape, seed=0, scale=1.0):
     return tf.constant(np.random.default_rng(seed).normal(size=shape).astype(np.float32) * scale)
 
 
-def outputs_and_gradients(layer, x, training, enabled):
+def outputs_and_gradients(layer, x, training, enabled, oriented=False):
     """layer(x) and the gradients of sum(layer(x) * upstream) w.r.t. x and the layer's weights,
-    computed in a tf.function traced under the switch `enabled`."""
-    fast_paths.configure(enabled=enabled)
+    computed in a tf.function traced under the switch `enabled` (and `oriented` gradients)."""
+    fast_paths.configure(enabled=enabled, oriented_gradients=oriented)
     upstream = random(*x.shape[:-1], layer.compute_output_shape(x.shape)[-1], seed=9)
 
     @tf.function
@@ -42,8 +42,8 @@ def outputs_and_gradients(layer, x, training, enabled):
     return [outputs.numpy()] + [g.numpy() for g in gradients]
 
 
-def assert_paths_agree(layer, x, training, rtol=1e-5, atol=1e-5):
-    fast = outputs_and_gradients(layer, x, training, enabled=True)
+def assert_paths_agree(layer, x, training, rtol=1e-5, atol=1e-5, oriented=False):
+    fast = outputs_and_gradients(layer, x, training, enabled=True, oriented=oriented)
     plain = outputs_and_gradients(layer, x, training, enabled=False)
     for f, p in zip(fast, plain):
         np.testing.assert_allclose(f, p, rtol=rtol, atol=atol)
@@ -64,26 +64,104 @@ def test_layer_norm_plain_and_fast_agree(training):
 
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("activation", [None, "relu"])
-def test_dense_plain_and_fast_agree(training, activation):
+@pytest.mark.parametrize("oriented", [False, True])
+def test_dense_plain_and_fast_agree(training, activation, oriented):
     dense = Dense(24, activation=activation)
     dense.build((None, 16))
     dense.bias.assign(random(24, seed=3, scale=0.5).numpy())
-    assert_paths_agree(dense, random(3, 5, 16), training)
+    assert_paths_agree(dense, random(3, 5, 16), training, oriented=oriented)
 
 
-def test_ffn_plain_and_fast_agree_without_dropout_in_training_and_inference():
+@pytest.mark.parametrize("units, depth", [(24, 16), (16, 24), (20, 20)])
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("use_bias", [False, True])
+def test_oriented_gradients_are_the_products_gradients(units, depth, transpose, use_bias):
+    """Narrowing, widening and square kernels, stored [in, out] or transposed [out, in] (a shared
+    output embedding), with and without bias: the same outputs and gradients as the plain
+    product's automatic ones."""
+    dense = Dense(units, use_bias=use_bias)
+    if transpose:
+        dense.set_kernel(tf.Variable(random(units, depth, seed=4)), transpose=True)
+    dense.build((None, depth))
+    if use_bias:
+        dense.bias.assign(random(units, seed=3, scale=0.5).numpy())
+    x = random(3, 5, depth)
+    upstream = random(3, 5, units, seed=9)
+    weights = [dense.kernel] + ([dense.bias] if use_bias else [])
+
+    def outputs_and_gradients(oriented):
+        fast_paths.configure(enabled=oriented, oriented_gradients=oriented)
+
+        @tf.function
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                outputs = dense(x)
+                loss = tf.reduce_sum(outputs * upstream)
+            return [outputs] + tape.gradient(loss, [x] + weights)
+        return [value.numpy() for value in run(x)]
+
+    oriented, plain = outputs_and_gradients(True), outputs_and_gradients(False)
+    assert oriented[2].shape == tuple(dense.kernel.shape)
+    for a, b in zip(oriented, plain):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+
+
+def matmul_flags(graph):
+    return sorted((op.get_attr("transpose_a"), op.get_attr("transpose_b"))
+                  for op in graph.get_operations() if op.type in ("MatMul", "_FusedMatMul"))
+
+
+@pytest.mark.parametrize("units, depth, kernel_product", [
+    (8, 32, (True, False)),   # in > out: dy^T @ x [out, in], then transposed
+    (32, 8, (True, False)),   # in < out: x^T @ dy [in, out]
+])
+def test_oriented_gradients_multiply_by_the_transposed_kernel_without_the_flag(
+        units, depth, kernel_product):
+    dense = Dense(units)
+    dense.build((None, depth))
+
+    def graph():
+        def run(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                loss = tf.reduce_sum(dense(x))
+            return tape.gradient(loss, [x, dense.kernel])
+        return tf.function(run).get_concrete_function(tf.TensorSpec([None, depth])).graph
+
+    fast_paths.configure(oriented_gradients=False)
+    assert matmul_flags(graph()) == [(False, False), (False, True), (True, False)]
+    fast_paths.configure(oriented_gradients=True)
+    # forward, input gradient (the kernel transposed by a Transpose op), kernel gradient
+    assert matmul_flags(graph()) == [(False, False), (False, False), kernel_product]
+    kernel_gradient = fast_paths.kernel_gradient(random(6, depth), random(6, units, seed=1))
+    assert kernel_gradient.shape == (depth, units)
+
+
+def test_oriented_gradients_by_default_only_with_tensorflows_own_kernels_on_a_cpu(monkeypatch):
+    for onednn, gpu, want in [(False, False, True), (True, False, False), (None, False, False),
+                              (False, True, False)]:
+        monkeypatch.setattr(cpu, "onednn_enabled", lambda onednn=onednn: onednn)
+        monkeypatch.setattr(cpu, "gpu_present", lambda gpu=gpu: gpu)
+        assert fast_paths.configure().oriented_gradients is want
+        assert fast_paths.configure(enabled=False).oriented_gradients is False
+
+
+@pytest.mark.parametrize("oriented", [False, True])
+def test_ffn_plain_and_fast_agree_without_dropout_in_training_and_inference(oriented):
     ffn = FeedForwardNetwork(32, 16, dropout=0.3)
     ffn.build((None, None, 16))
     x = random(3, 5, 16)
-    assert_paths_agree(ffn, x, training=False)
+    assert_paths_agree(ffn, x, training=False, oriented=oriented)
     no_dropout = FeedForwardNetwork(32, 16, dropout=0.0)
     no_dropout.build((None, None, 16))
     for a, b in zip(no_dropout.weights, ffn.weights):
         a.assign(b)
-    assert_paths_agree(no_dropout, x, training=True)
+    assert_paths_agree(no_dropout, x, training=True, oriented=oriented)
 
 
-def test_ffn_in_training_is_the_formula_with_its_own_mask_on_both_paths():
+@pytest.mark.parametrize("oriented", [False, True])
+def test_ffn_in_training_is_the_formula_with_its_own_mask_on_both_paths(oriented):
     """With dropout, each path draws its own mask from the layer's seed generator: the fast one
     16-bit masks (`fast_paths.dropout_keep_mask`), the plain one Keras' dropout. Given its mask,
     each computes outer(dropout(relu(inner(x)))), outputs and gradients (the fast one through its
@@ -107,7 +185,7 @@ def test_ffn_in_training_is_the_formula_with_its_own_mask_on_both_paths():
     }
     for enabled, mask in masks.items():
         ffn.dropout_seed.state.assign(state)
-        got = outputs_and_gradients(ffn, x, training=True, enabled=enabled)
+        got = outputs_and_gradients(ffn, x, training=True, enabled=enabled, oriented=oriented)
         mask = tf.reshape(mask(), [3, 5, 32])
         weights = [tf.constant(w.numpy()) for w in ffn.trainable_variables]
         with tf.GradientTape() as tape:
@@ -144,7 +222,7 @@ def test_the_switch_decides_the_ops():
 def test_the_setting_is_read_once_not_from_the_environment_at_trace_time(monkeypatch):
     monkeypatch.setenv(cpu.BF16_MATMUL_ENV, cpu.FLOAT32)
     setting = fast_paths.configure()
-    assert setting == fast_paths.Setting(enabled=True, bfloat16_matmul=cpu.FLOAT32)
+    assert (setting.enabled, setting.bfloat16_matmul) == (True, cpu.FLOAT32)
     with pytest.raises(dataclasses.FrozenInstanceError):
         setting.enabled = False
     dense = Dense(4, dtype="bfloat16")
@@ -163,7 +241,7 @@ def test_the_first_use_configures_the_defaults_once(monkeypatch):
     monkeypatch.setattr(fast_paths, "_setting", None)
     monkeypatch.setattr(cpu, "bfloat16_matmul_path", lambda: calls.append(1) or cpu.NATIVE)
     assert fast_paths.enabled()
-    assert fast_paths.setting() == fast_paths.Setting(enabled=True, bfloat16_matmul=cpu.NATIVE)
+    assert (fast_paths.setting().enabled, fast_paths.setting().bfloat16_matmul) == (True, cpu.NATIVE)
     Dense(4)(tf.ones([2, 3]))
     assert len(calls) == 1
 

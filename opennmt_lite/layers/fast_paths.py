@@ -24,6 +24,14 @@ model computes beyond float rounding (and which dropout mask a seed draws):
   tensor grown by a concatenation and gathered whole at each beam reordering: two copies of every
   layer's keys and values per step, which dominated a small model's decoding (measured,
   docs/performance.md). Attention reads the same values in the same order (same numbers).
+- `matmul`'s gradients on a CPU running TensorFlow's own (Eigen) kernels: a float32 [tokens, in]
+  @ [in, out] product differentiates into products shaped for Eigen's fast orientations
+  (`oriented_product`): TensorFlow's automatic gradient multiplies by the transposed kernel
+  through MatMul's transpose flag and always forms the kernel gradient [in, out] as x^T @ dy,
+  which Eigen computes 20-40 % slower than the same products with the (small) kernel transposed
+  first and the kernel gradient formed as its wider orientation ([out, in] when in > out) then
+  transposed (measured at the model's shapes, docs/performance.md). oneDNN and GPUs keep the plain
+  gradients.
 - `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
   are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
@@ -47,17 +55,22 @@ from opennmt_lite import cpu
 @dataclasses.dataclass(frozen=True)
 class Setting:
     """enabled: whether the layers take the fast paths (False: the plain formulas).
-    bfloat16_matmul: cpu.FLOAT32 or cpu.NATIVE, how `matmul` and `einsum` multiply bfloat16."""
+    bfloat16_matmul: cpu.FLOAT32 or cpu.NATIVE, how `matmul` and `einsum` multiply bfloat16.
+    oriented_gradients: whether float32 `matmul`s differentiate through `oriented_product`."""
 
     enabled: bool
     bfloat16_matmul: str
+    oriented_gradients: bool = False
 
 
 _setting = None
 
 
-def configure(enabled=True, bfloat16_matmul=None):
+def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None):
     """Chooses the fast paths for the process and returns the stored `Setting`.
+
+    oriented_gradients None: on when TensorFlow runs its own kernels on a CPU (no oneDNN, no
+    GPU), where they were measured.
 
     bfloat16_matmul None: OPENNMT_LITE_BF16_MATMUL when set, else the hardware's choice
     (`cpu.bfloat16_matmul_path`, which logs it); a bad value of the variable raises
@@ -72,7 +85,9 @@ def configure(enabled=True, bfloat16_matmul=None):
     elif bfloat16_matmul not in (cpu.NATIVE, cpu.FLOAT32):
         raise ValueError(f"bfloat16_matmul must be {cpu.NATIVE!r} or {cpu.FLOAT32!r}, "
                          f"got {bfloat16_matmul!r}")
-    _setting = Setting(bool(enabled), bfloat16_matmul)
+    if oriented_gradients is None:
+        oriented_gradients = cpu.onednn_enabled() is False and not cpu.gpu_present()
+    _setting = Setting(bool(enabled), bfloat16_matmul, bool(enabled and oriented_gradients))
     return _setting
 
 
@@ -108,12 +123,59 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
     if in_float32:
         a, b = tf.cast(a, tf.float32), tf.cast(b, tf.float32)
         bias = None if bias is None else tf.cast(bias, tf.float32)
-    outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-    if bias is not None:
-        outputs = tf.nn.bias_add(outputs, bias)
+    if _oriented(a, b) and not transpose_a:
+        outputs = oriented_product(a, b, transpose_b, bias)
+    else:
+        outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+        if bias is not None:
+            outputs = tf.nn.bias_add(outputs, bias)
     if activation is not None:
         outputs = activation(outputs)
     return tf.cast(outputs, dtype) if in_float32 else outputs
+
+
+def _oriented(a, b):
+    """Whether the product of a and b takes `oriented_product`'s gradients."""
+    return (setting().oriented_gradients and a.dtype == tf.float32 and a.shape.rank == 2
+            and b.shape.rank == 2)
+
+
+def input_gradient(d_outputs, kernel, transpose_kernel=False):
+    """d_outputs [tokens, out] @ kernel^T -> [tokens, in], with kernel [in, out] ([out, in] when
+    `transpose_kernel`): the small kernel transposed first, not through MatMul's flag."""
+    return tf.matmul(d_outputs, kernel if transpose_kernel else tf.transpose(kernel))
+
+
+def kernel_gradient(x, d_outputs, transpose_kernel=False):
+    """x^T @ d_outputs: the gradient of a kernel [in, out] ([out, in] when `transpose_kernel`)
+    from x [tokens, in] and d_outputs [tokens, out], formed as the wider of its two orientations
+    and transposed if that is not the kernel's."""
+    if x.shape[-1] > d_outputs.shape[-1]:
+        product = tf.matmul(d_outputs, x, transpose_a=True)  # [out, in]
+        return product if transpose_kernel else tf.transpose(product)
+    product = tf.matmul(x, d_outputs, transpose_a=True)  # [in, out]
+    return tf.transpose(product) if transpose_kernel else product
+
+
+def oriented_product(x, kernel, transpose_kernel=False, bias=None):
+    """x [tokens, in] @ kernel [in, out] ([out, in] when `transpose_kernel`) + bias [out], float32,
+    with `input_gradient` and `kernel_gradient` as its gradients (bias: the column sums). The
+    forward ops stay MatMul -> BiasAdd, which TensorFlow fuses."""
+
+    @tf.custom_gradient
+    def product(x, kernel, *bias):
+        outputs = tf.matmul(x, kernel, transpose_b=transpose_kernel)
+        if bias:
+            outputs = tf.nn.bias_add(outputs, bias[0])
+
+        def grad(d_outputs):
+            gradients = (input_gradient(d_outputs, kernel, transpose_kernel),
+                         kernel_gradient(x, d_outputs, transpose_kernel))
+            return gradients + ((tf.reduce_sum(d_outputs, axis=0),) if bias else ())
+
+        return outputs, grad
+
+    return product(x, kernel) if bias is None else product(x, kernel, bias)
 
 
 def einsum(equation, a, b):
@@ -182,8 +244,11 @@ def dense_relu_dropout(x, kernel, bias, rate, seed_generator):
 
         def grad(upstream):
             d_inner = tf.where(outputs > 0, upstream if fold else upstream * scale, zero)
-            d_x = matmul(d_inner, kernel, transpose_b=True)
-            d_kernel = matmul(x2d, d_inner, transpose_a=True)
+            if _oriented(x2d, kernel):
+                d_x, d_kernel = input_gradient(d_inner, kernel), kernel_gradient(x2d, d_inner)
+            else:
+                d_x = matmul(d_inner, kernel, transpose_b=True)
+                d_kernel = matmul(x2d, d_inner, transpose_a=True)
             # reduce_sum accumulates bfloat16 in float32 and rounds once (measured, TF 2.21 on
             # CPU): no float32 detour needed. (BiasAddGrad in bfloat16 does not: its sums came
             # out 6.7 % too small on an AVX2 CPU, hence the float32 bias in `matmul`.)
