@@ -24,14 +24,12 @@ model computes beyond float rounding (and which dropout mask a seed draws):
   tensor grown by a concatenation and gathered whole at each beam reordering: two copies of every
   layer's keys and values per step, which dominated a small model's decoding (measured,
   docs/performance.md). Attention reads the same values in the same order (same numbers).
-- `matmul`'s gradients on a CPU running TensorFlow's own (Eigen) kernels: a float32 [tokens, in]
-  @ [in, out] product differentiates into products shaped for Eigen's fast orientations
-  (`oriented_product`): TensorFlow's automatic gradient multiplies by the transposed kernel
-  through MatMul's transpose flag and always forms the kernel gradient [in, out] as x^T @ dy,
-  which Eigen computes 20-40 % slower than the same products with the (small) kernel transposed
-  first and the kernel gradient formed as its wider orientation ([out, in] when in > out) then
-  transposed (measured at the model's shapes, docs/performance.md). oneDNN and GPUs keep the plain
-  gradients.
+- `matmul`'s kernel gradient on a CPU running TensorFlow's own (Eigen) kernels
+  (`oriented_product`): automatic differentiation of a float32 [tokens, in] @ [in, out] product
+  always forms the kernel gradient as x^T @ dy [in, out], which Eigen multiplies about 40 %
+  slower when in > out (the FFN's outer layer, 1 024 -> 256) than the same product in its wider
+  orientation, dy^T @ x [out, in], transposed afterwards (a small [in, out] tensor; measured at
+  the model's shapes, docs/performance.md). oneDNN and GPUs keep the automatic gradients.
 - `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
   are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
@@ -140,12 +138,6 @@ def _oriented(a, b):
             and b.shape.rank == 2)
 
 
-def input_gradient(d_outputs, kernel, transpose_kernel=False):
-    """d_outputs [tokens, out] @ kernel^T -> [tokens, in], with kernel [in, out] ([out, in] when
-    `transpose_kernel`): the small kernel transposed first, not through MatMul's flag."""
-    return tf.matmul(d_outputs, kernel if transpose_kernel else tf.transpose(kernel))
-
-
 def kernel_gradient(x, d_outputs, transpose_kernel=False):
     """x^T @ d_outputs: the gradient of a kernel [in, out] ([out, in] when `transpose_kernel`)
     from x [tokens, in] and d_outputs [tokens, out], formed as the wider of its two orientations
@@ -159,8 +151,8 @@ def kernel_gradient(x, d_outputs, transpose_kernel=False):
 
 def oriented_product(x, kernel, transpose_kernel=False, bias=None):
     """x [tokens, in] @ kernel [in, out] ([out, in] when `transpose_kernel`) + bias [out], float32,
-    with `input_gradient` and `kernel_gradient` as its gradients (bias: the column sums). The
-    forward ops stay MatMul -> BiasAdd, which TensorFlow fuses."""
+    whose kernel gradient is `kernel_gradient` (the input's as automatic differentiation forms it,
+    the bias' the column sums). The forward ops stay MatMul -> BiasAdd, which TensorFlow fuses."""
 
     @tf.custom_gradient
     def product(x, kernel, *bias):
@@ -169,7 +161,7 @@ def oriented_product(x, kernel, transpose_kernel=False, bias=None):
             outputs = tf.nn.bias_add(outputs, bias[0])
 
         def grad(d_outputs):
-            gradients = (input_gradient(d_outputs, kernel, transpose_kernel),
+            gradients = (tf.matmul(d_outputs, kernel, transpose_b=not transpose_kernel),
                          kernel_gradient(x, d_outputs, transpose_kernel))
             return gradients + ((tf.reduce_sum(d_outputs, axis=0),) if bias else ())
 
@@ -245,7 +237,8 @@ def dense_relu_dropout(x, kernel, bias, rate, seed_generator):
         def grad(upstream):
             d_inner = tf.where(outputs > 0, upstream if fold else upstream * scale, zero)
             if _oriented(x2d, kernel):
-                d_x, d_kernel = input_gradient(d_inner, kernel), kernel_gradient(x2d, d_inner)
+                d_x = tf.matmul(d_inner, kernel, transpose_b=True)
+                d_kernel = kernel_gradient(x2d, d_inner)
             else:
                 d_x = matmul(d_inner, kernel, transpose_b=True)
                 d_kernel = matmul(x2d, d_inner, transpose_a=True)
