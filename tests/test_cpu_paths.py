@@ -133,8 +133,15 @@ def test_a_bad_value_is_a_user_error_named_on_one_line_with_exit_status_2(monkey
 
 def test_default_path_follows_the_hardware(monkeypatch):
     monkeypatch.delenv(cpu.BF16_MATMUL_ENV, raising=False)
-    native = cpu.cpu_features().native_bfloat16 or bool(tf.config.list_logical_devices("GPU"))
+    gpu = bool(tf.config.list_logical_devices("GPU"))
+    native = (cpu.cpu_features().native_bfloat16 and cpu.onednn_enabled() is not False) or gpu
     assert cpu.bfloat16_matmul_path() == (cpu.NATIVE if native else cpu.FLOAT32)
+    if not gpu:  # a native bfloat16 CPU multiplies natively only with oneDNN's kernels
+        monkeypatch.setattr(cpu, "cpu_features", lambda: cpu.parse_cpuinfo(
+            "flags\t: avx2 fma avx512f avx512_bf16\n"))
+        for onednn, path in ((True, cpu.NATIVE), (None, cpu.NATIVE), (False, cpu.FLOAT32)):
+            monkeypatch.setattr(cpu, "onednn_enabled", lambda onednn=onednn: onednn)
+            assert cpu.bfloat16_matmul_path() == path
 
 
 @pytest.mark.parametrize("info, cores, gpu, devices, jit, expected", [
