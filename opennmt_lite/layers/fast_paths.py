@@ -35,8 +35,8 @@ model computes beyond float rounding (and which dropout mask a seed draws):
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
   zero) and is slower than a float32 MatMul between two casts.
 
-The switch: `configure(enabled=True, bfloat16_matmul=None)` reads the CPU and
-OPENNMT_LITE_BF16_MATMUL once and stores a frozen `Setting`; `build` calls it at start-up, where it
+The switch: `configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None)` reads the
+CPU, TensorFlow's kernels and OPENNMT_LITE_BF16_MATMUL once and stores a frozen `Setting`; `build` calls it at start-up, where it
 sets the precision, and the first use configures the defaults if nothing did. The layers read the
 stored setting when they are traced, never the environment: a new setting reaches functions traced
 afterwards. With the switch off, the layers compute the plain formulas (automatic gradients, Keras'
@@ -67,13 +67,11 @@ _setting = None
 def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None):
     """Chooses the fast paths for the process and returns the stored `Setting`.
 
-    oriented_gradients None: on when TensorFlow runs its own kernels on a CPU (no oneDNN, no
-    GPU), where they were measured.
-
     bfloat16_matmul None: OPENNMT_LITE_BF16_MATMUL when set, else the hardware's choice
     (`cpu.bfloat16_matmul_path`, which logs it); a bad value of the variable raises
-    `EnvironmentVariableError`. With `enabled` False the products are the plain ops (NATIVE),
-    whatever `bfloat16_matmul` says.
+    `EnvironmentVariableError`. oriented_gradients None: on where TensorFlow runs its own kernels
+    on a CPU (neither oneDNN nor a GPU), where they were measured. With `enabled` False the
+    products are the plain ops (NATIVE, automatic gradients), whatever the other two say.
     """
     global _setting
     if not enabled:
