@@ -234,11 +234,10 @@ def dense_relu_dropout(x, kernel, bias, rate, seed_generator):
 
         def grad(upstream):
             d_inner = tf.where(outputs > 0, upstream if fold else upstream * scale, zero)
+            d_x = matmul(d_inner, kernel, transpose_b=True)
             if _oriented(x2d, kernel):
-                d_x = tf.matmul(d_inner, kernel, transpose_b=True)
                 d_kernel = kernel_gradient(x2d, d_inner)
             else:
-                d_x = matmul(d_inner, kernel, transpose_b=True)
                 d_kernel = matmul(x2d, d_inner, transpose_a=True)
             # reduce_sum accumulates bfloat16 in float32 and rounds once (measured, TF 2.21 on
             # CPU): no float32 detour needed. (BiasAddGrad in bfloat16 does not: its sums came
