@@ -24,11 +24,13 @@ def random(*shape, seed=0, scale=1.0):
     return tf.constant(np.random.default_rng(seed).normal(size=shape).astype(np.float32) * scale)
 
 
-def outputs_and_gradients(layer, x, training, enabled, oriented=False):
-    """layer(x) and the gradients of sum(layer(x) * upstream) w.r.t. x and the layer's weights,
-    computed in a tf.function traced under the switch `enabled` (and `oriented` gradients)."""
+def outputs_and_gradients(layer, x, training, enabled, oriented=False, weights=None):
+    """layer(x) and the gradients of sum(layer(x) * upstream) w.r.t. x and `weights` (default: the
+    layer's trainable weights), computed in a tf.function traced under the switch `enabled` (and
+    `oriented` gradients)."""
     fast_paths.configure(enabled=enabled, oriented_gradients=oriented)
     upstream = random(*x.shape[:-1], layer.compute_output_shape(x.shape)[-1], seed=9)
+    weights = layer.trainable_variables if weights is None else weights
 
     @tf.function
     def run(x):
@@ -36,7 +38,7 @@ def outputs_and_gradients(layer, x, training, enabled, oriented=False):
             tape.watch(x)
             outputs = layer(x, training=training)
             loss = tf.reduce_sum(outputs * upstream)
-        return outputs, tape.gradient(loss, [x] + layer.trainable_variables)
+        return outputs, tape.gradient(loss, [x] + weights)
 
     outputs, gradients = run(x)
     return [outputs.numpy()] + [g.numpy() for g in gradients]
@@ -86,22 +88,9 @@ def test_oriented_gradients_are_the_products_gradients(units, depth, transpose, 
     if use_bias:
         dense.bias.assign(random(units, seed=3, scale=0.5).numpy())
     x = random(3, 5, depth)
-    upstream = random(3, 5, units, seed=9)
-    weights = [dense.kernel] + ([dense.bias] if use_bias else [])
-
-    def outputs_and_gradients(oriented):
-        fast_paths.configure(enabled=oriented, oriented_gradients=oriented)
-
-        @tf.function
-        def run(x):
-            with tf.GradientTape() as tape:
-                tape.watch(x)
-                outputs = dense(x)
-                loss = tf.reduce_sum(outputs * upstream)
-            return [outputs] + tape.gradient(loss, [x] + weights)
-        return [value.numpy() for value in run(x)]
-
-    oriented, plain = outputs_and_gradients(True), outputs_and_gradients(False)
+    weights = [dense.kernel] + ([dense.bias] if use_bias else [])  # (a shared kernel included)
+    oriented, plain = (outputs_and_gradients(dense, x, True, enabled, oriented=enabled,
+                                             weights=weights) for enabled in (True, False))
     assert oriented[2].shape == tuple(dense.kernel.shape)
     for a, b in zip(oriented, plain):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
