@@ -32,7 +32,7 @@ def _restore_fast_paths():
     """Each test may choose the products' path; the next test finds the setting it had."""
     before = fast_paths.setting()
     yield
-    fast_paths.configure(before.enabled, before.bfloat16_matmul)
+    fast_paths.restore(before)
 
 COMMON = ("fpu vme de pse tsc msr pae mce cx8 apic sep mtrr pge mca cmov pat pse36 clflush mmx "
           "fxsr sse sse2 ht syscall nx pdpe1gb rdtscp lm constant_tsc pni pclmulqdq ssse3 fma cx16 "

@@ -17,7 +17,7 @@ from opennmt_lite.layers import Dense, FeedForwardNetwork, LayerNorm, fast_paths
 def _restore_fast_paths():
     before = fast_paths.setting()
     yield
-    fast_paths.configure(before.enabled, before.bfloat16_matmul, before.oriented_gradients)
+    fast_paths.restore(before)
 
 
 def random(*shape, seed=0, scale=1.0):
@@ -132,6 +132,66 @@ def test_oriented_gradients_by_default_only_with_tensorflows_own_kernels_on_a_cp
         monkeypatch.setattr(cpu, "gpu_present", lambda gpu=gpu: gpu)
         assert fast_paths.configure().oriented_gradients is want
         assert fast_paths.configure(enabled=False).oriented_gradients is False
+
+
+@pytest.mark.parametrize("activation", [None, "relu"])
+def test_separate_bias_is_added_after_the_bfloat16_product(activation):
+    """bfloat16 products with `separate_bias`: no BiasAdd for grappler to fuse, the output is the
+    rounded product plus the bias, and the gradients are the formula's (float64 reference, within
+    bfloat16 rounding), the bias' summed as accurately as BiasAddGrad's."""
+    dense = Dense(24, activation=activation, dtype="mixed_bfloat16")
+    dense.build((None, 16))
+    dense.bias.assign(random(24, seed=3, scale=0.5).numpy())
+    x = tf.cast(random(6, 5, 16), tf.bfloat16)
+    upstream = tf.cast(random(6, 5, 24, seed=9), tf.bfloat16)
+
+    def run(separate):
+        fast_paths.configure(bfloat16_matmul=cpu.NATIVE, separate_bias=separate)
+        assert fast_paths.setting().separate_bias is separate
+
+        @tf.function
+        def step(x):
+            with tf.GradientTape() as tape:
+                tape.watch(x)
+                outputs = dense(x)
+                loss = tf.reduce_sum(tf.cast(outputs * upstream, tf.float32))
+            return outputs, tape.gradient(loss, [x, dense.kernel, dense.bias])
+
+        types = [op.type for op in step.get_concrete_function(x).graph.get_operations()]
+        return step(x), types
+
+    (outputs, gradients), types = run(True)
+    assert "BiasAdd" not in types and "MatMul" in types
+    product = tf.matmul(tf.reshape(x, [-1, 16]), tf.cast(dense.kernel, tf.bfloat16))
+    want = tf.reshape(product + tf.cast(dense.bias, tf.bfloat16), [6, 5, 24])
+    want = tf.nn.relu(want) if activation else want
+    np.testing.assert_array_equal(outputs.numpy(), want.numpy())
+
+    x64 = x.numpy().astype(np.float64).reshape(-1, 16)
+    w64 = tf.cast(tf.cast(dense.kernel, tf.bfloat16), tf.float64).numpy()
+    b64 = tf.cast(tf.cast(dense.bias, tf.bfloat16), tf.float64).numpy()
+    d_out = upstream.numpy().astype(np.float64).reshape(-1, 24)
+    if activation:
+        d_out = d_out * (x64 @ w64 + b64 > 0)
+    references = [d_out @ w64.T, x64.T @ d_out, d_out.sum(axis=0)]
+    for got, reference in zip(gradients, references):
+        got = got.numpy().astype(np.float64).reshape(reference.shape)
+        np.testing.assert_allclose(got, reference, rtol=2e-2, atol=2e-2 * np.abs(reference).max())
+
+    (fused_outputs, fused_gradients), fused_types = run(False)
+    assert "BiasAdd" in fused_types
+    np.testing.assert_allclose(tf.cast(fused_outputs, tf.float32), tf.cast(outputs, tf.float32),
+                               rtol=1e-2, atol=1e-2)
+
+
+def test_separate_bias_by_default_only_for_native_bfloat16_on_a_onednn_cpu(monkeypatch):
+    for path, onednn, gpu, want in [(cpu.NATIVE, True, False, True), (cpu.NATIVE, False, False, False),
+                                    (cpu.NATIVE, None, False, False), (cpu.NATIVE, True, True, False),
+                                    (cpu.FLOAT32, True, False, False)]:
+        monkeypatch.setattr(cpu, "onednn_enabled", lambda onednn=onednn: onednn)
+        monkeypatch.setattr(cpu, "gpu_present", lambda gpu=gpu: gpu)
+        assert fast_paths.configure(bfloat16_matmul=path).separate_bias is want
+        assert fast_paths.configure(enabled=False).separate_bias is False
 
 
 @pytest.mark.parametrize("oriented", [False, True])

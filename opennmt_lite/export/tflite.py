@@ -303,4 +303,4 @@ def _plain_formulas():
     try:
         yield
     finally:
-        fast_paths.configure(previous.enabled, previous.bfloat16_matmul)
+        fast_paths.restore(previous)

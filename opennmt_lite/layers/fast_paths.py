@@ -30,12 +30,17 @@ model computes beyond float rounding (and which dropout mask a seed draws):
   slower when in > out (the FFN's outer layer, 1 024 -> 256) than the same product in its wider
   orientation, dy^T @ x [out, in], transposed afterwards (a small [in, out] tensor; measured at
   the model's shapes, docs/performance.md). oneDNN and GPUs keep the automatic gradients.
+- `matmul`'s bias in bfloat16 on a oneDNN CPU (`Setting.separate_bias`): TensorFlow fuses
+  MatMul -> BiasAdd (-> ReLU) into one oneDNN inner product, whose bfloat16 kernel (gemm:jit) ran
+  the training step's forward products about 25 % slower than the plain MatMul's (brgemm) on an
+  AVX512_BF16 EPYC; the bias is added in a separate op there (docs/performance.md).
 - `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
   are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
   zero) and is slower than a float32 MatMul between two casts.
 
-The switch: `configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None)` reads the
+The switch: `configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None,
+separate_bias=None)` reads the
 CPU, TensorFlow's kernels and OPENNMT_LITE_BF16_MATMUL once and stores a frozen `Setting`; `build` calls it at start-up, where it
 sets the precision, and the first use configures the defaults if nothing did. The layers read the
 stored setting when they are traced, never the environment: a new setting reaches functions traced
@@ -54,24 +59,29 @@ from opennmt_lite import cpu
 class Setting:
     """enabled: whether the layers take the fast paths (False: the plain formulas).
     bfloat16_matmul: cpu.FLOAT32 or cpu.NATIVE, how `matmul` and `einsum` multiply bfloat16.
-    oriented_gradients: whether float32 `matmul`s differentiate through `oriented_product`."""
+    oriented_gradients: whether float32 `matmul`s differentiate through `oriented_product`.
+    separate_bias: whether bfloat16 `matmul`s add their bias in an op of its own (see the module
+    doc) instead of the BiasAdd that TensorFlow fuses into the product."""
 
     enabled: bool
     bfloat16_matmul: str
     oriented_gradients: bool = False
+    separate_bias: bool = False
 
 
 _setting = None
 
 
-def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None):
+def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None, separate_bias=None):
     """Chooses the fast paths for the process and returns the stored `Setting`.
 
     bfloat16_matmul None: OPENNMT_LITE_BF16_MATMUL when set, else the hardware's choice
     (`cpu.bfloat16_matmul_path`, which logs it); a bad value of the variable raises
     `EnvironmentVariableError`. oriented_gradients None: on where TensorFlow runs its own kernels
-    on a CPU (neither oneDNN nor a GPU), where they were measured. With `enabled` False the
-    products are the plain ops (NATIVE, automatic gradients), whatever the other two say.
+    on a CPU (neither oneDNN nor a GPU), where they were measured. separate_bias None: on where
+    bfloat16 products are native on a CPU running oneDNN (no GPU), where it was measured. With
+    `enabled` False the products are the plain ops (NATIVE, automatic gradients, fused bias),
+    whatever the others say.
     """
     global _setting
     if not enabled:
@@ -83,8 +93,18 @@ def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None):
                          f"got {bfloat16_matmul!r}")
     if oriented_gradients is None:
         oriented_gradients = cpu.onednn_enabled() is False and not cpu.gpu_present()
-    _setting = Setting(bool(enabled), bfloat16_matmul, bool(enabled and oriented_gradients))
+    if separate_bias is None:
+        separate_bias = (bfloat16_matmul == cpu.NATIVE and cpu.onednn_enabled() is True
+                         and not cpu.gpu_present())
+    _setting = Setting(bool(enabled), bfloat16_matmul, bool(enabled and oriented_gradients),
+                       bool(enabled and separate_bias))
     return _setting
+
+
+def restore(previous):
+    """Stores `previous` (a `Setting` that `setting()` returned earlier) back as it was."""
+    global _setting
+    _setting = previous
 
 
 def setting():
@@ -110,9 +130,11 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
     broadcast), optional bias [n] and element-wise activation -> [..., m, n] in a's dtype.
     bfloat16 operands on the FLOAT32 path are multiplied in float32, bias and activation applied,
     and the result rounded to bfloat16 once. Autodiff follows the casts, so the gradients are
-    float32 products (and a float32 bias sum) rounded to bfloat16. Otherwise the plain ops
-    MatMul -> BiasAdd -> activation, which TensorFlow's graph optimizer fuses into one oneDNN
-    kernel.
+    float32 products (and a float32 bias sum) rounded to bfloat16. With `separate_bias`, a
+    bfloat16 a [m, k] is multiplied by the plain MatMul and the bias added by an op TensorFlow
+    does not fuse into it (the product is rounded to bfloat16 before the bias is added, as by
+    unfused Keras layers). Otherwise the plain ops MatMul -> BiasAdd -> activation, which
+    TensorFlow's graph optimizer fuses into one kernel.
     """
     in_float32 = _multiply_in_float32(a)
     dtype = a.dtype
@@ -121,6 +143,11 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
         bias = None if bias is None else tf.cast(bias, tf.float32)
     if _oriented(a, b) and not transpose_a:
         outputs = oriented_product(a, b, transpose_b, bias)
+    elif bias is not None and _separate_bias(a):
+        outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+        # [1, m, n] + [n]: grappler fuses a BiasAdd, or an add of a [n] vector, into the
+        # MatMul it follows, not an add after a reshape.
+        outputs = tf.squeeze(tf.expand_dims(outputs, 0) + bias, 0)
     else:
         outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
         if bias is not None:
@@ -134,6 +161,11 @@ def _oriented(a, b):
     """Whether the product of a and b takes `oriented_product`'s gradients."""
     return (setting().oriented_gradients and a.dtype == tf.float32 and a.shape.rank == 2
             and b.shape.rank == 2)
+
+
+def _separate_bias(a):
+    """Whether a bfloat16 product of `a` [m, k] adds its bias in an op of its own."""
+    return setting().separate_bias and a.dtype == tf.bfloat16 and a.shape.rank == 2
 
 
 def kernel_gradient(x, d_outputs, transpose_kernel=False):
