@@ -135,15 +135,20 @@ def test_oriented_gradients_by_default_only_with_tensorflows_own_kernels_on_a_cp
 
 
 @pytest.mark.parametrize("activation", [None, "relu"])
-def test_separate_bias_is_added_after_the_bfloat16_product(activation):
-    """bfloat16 products with `separate_bias`: no BiasAdd for grappler to fuse, the output is the
-    rounded product plus the bias, and the gradients are the formula's (float64 reference, within
-    bfloat16 rounding), the bias' summed as accurately as BiasAddGrad's."""
-    dense = Dense(24, activation=activation, dtype="mixed_bfloat16")
+@pytest.mark.parametrize("units, transpose", [(24, False), (80, False), (80, True)])
+def test_separate_bias_is_added_after_the_bfloat16_product(activation, units, transpose):
+    """bfloat16 products with `separate_bias`: no BiasAdd for grappler to fuse. A narrow product
+    gives the rounded product plus the bias; a wide one (80 > 4 x 16 units, like the output
+    layer, also with a transposed shared kernel) takes the bias inside the product, against a
+    column of ones (k + 2 columns). Outputs and gradients are the formula's (float64 reference,
+    within bfloat16 rounding), the bias' summed as accurately as BiasAddGrad's."""
+    dense = Dense(units, activation=activation, dtype="mixed_bfloat16")
+    if transpose:
+        dense.set_kernel(tf.Variable(random(units, 16, seed=4)), transpose=True)
     dense.build((None, 16))
-    dense.bias.assign(random(24, seed=3, scale=0.5).numpy())
+    dense.bias.assign(random(units, seed=3, scale=0.5).numpy())
     x = tf.cast(random(6, 5, 16), tf.bfloat16)
-    upstream = tf.cast(random(6, 5, 24, seed=9), tf.bfloat16)
+    upstream = tf.cast(random(6, 5, units, seed=9), tf.bfloat16)
 
     def run(separate):
         fast_paths.configure(bfloat16_matmul=cpu.NATIVE, separate_bias=separate)
@@ -157,29 +162,42 @@ def test_separate_bias_is_added_after_the_bfloat16_product(activation):
                 loss = tf.reduce_sum(tf.cast(outputs * upstream, tf.float32))
             return outputs, tape.gradient(loss, [x, dense.kernel, dense.bias])
 
-        types = [op.type for op in step.get_concrete_function(x).graph.get_operations()]
-        return step(x), types
+        graph = step.get_concrete_function(x).graph
+        return step(x), graph.get_operations()
 
-    (outputs, gradients), types = run(True)
-    assert "BiasAdd" not in types and "MatMul" in types
-    product = tf.matmul(tf.reshape(x, [-1, 16]), tf.cast(dense.kernel, tf.bfloat16))
-    want = tf.reshape(product + tf.cast(dense.bias, tf.bfloat16), [6, 5, 24])
-    want = tf.nn.relu(want) if activation else want
-    np.testing.assert_array_equal(outputs.numpy(), want.numpy())
+    (outputs, gradients), operations = run(True)
+    assert "BiasAdd" not in {op.type for op in operations}
+    products = [op.inputs[0].shape[-1] for op in operations  # the forward product's k
+                if op.type == "MatMul" and not op.name.startswith("gradient_tape")]
+    kernel16 = tf.cast(dense.kernel, tf.bfloat16)
+    if units > 4 * 16:
+        assert products == [18]  # x, ones, zeros
+    else:
+        assert products == [16]
+        product = tf.matmul(tf.reshape(x, [-1, 16]), kernel16, transpose_b=transpose)
+        want = tf.reshape(product + tf.cast(dense.bias, tf.bfloat16), [6, 5, units])
+        want = tf.nn.relu(want) if activation else want
+        np.testing.assert_array_equal(outputs.numpy(), want.numpy())
 
     x64 = x.numpy().astype(np.float64).reshape(-1, 16)
-    w64 = tf.cast(tf.cast(dense.kernel, tf.bfloat16), tf.float64).numpy()
+    w64 = tf.cast(kernel16, tf.float64).numpy()
+    w64 = w64.T if transpose else w64
     b64 = tf.cast(tf.cast(dense.bias, tf.bfloat16), tf.float64).numpy()
-    d_out = upstream.numpy().astype(np.float64).reshape(-1, 24)
+    reference = x64 @ w64 + b64
+    reference = np.maximum(reference, 0) if activation else reference
+    np.testing.assert_allclose(outputs.numpy().astype(np.float64).reshape(-1, units), reference,
+                               rtol=1e-2, atol=1e-2)
+    d_out = upstream.numpy().astype(np.float64).reshape(-1, units)
     if activation:
-        d_out = d_out * (x64 @ w64 + b64 > 0)
-    references = [d_out @ w64.T, x64.T @ d_out, d_out.sum(axis=0)]
+        d_out = d_out * (reference > 0)
+    d_kernel = x64.T @ d_out
+    references = [d_out @ w64.T, d_kernel.T if transpose else d_kernel, d_out.sum(axis=0)]
     for got, reference in zip(gradients, references):
         got = got.numpy().astype(np.float64).reshape(reference.shape)
         np.testing.assert_allclose(got, reference, rtol=2e-2, atol=2e-2 * np.abs(reference).max())
 
-    (fused_outputs, fused_gradients), fused_types = run(False)
-    assert "BiasAdd" in fused_types
+    (fused_outputs, _), fused_operations = run(False)
+    assert "BiasAdd" in {op.type for op in fused_operations}
     np.testing.assert_allclose(tf.cast(fused_outputs, tf.float32), tf.cast(outputs, tf.float32),
                                rtol=1e-2, atol=1e-2)
 

@@ -70,3 +70,37 @@ def test_smoothed_loss_matches_the_dense_formula_at_the_benchmark_vocabulary_siz
     np.testing.assert_allclose(token_loss.numpy(), exact_loss, rtol=1e-6)
     np.testing.assert_allclose(grad.numpy(), reference_grad.numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(grad.numpy(), exact_grad, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [tf.bfloat16, tf.float16])
+@pytest.mark.parametrize("smoothing", [0.0, 0.1])
+def test_16_bit_logits_give_the_float32_loss_and_a_gradient_in_their_dtype(dtype, smoothing):
+    """Mixed precision: the loss of 16-bit logits is computed in float32 (equal to the loss of the
+    same values in float32), and their gradient comes back in their dtype, within one rounding of
+    the float64 gradient (the label's term is added in that dtype: at most a second rounding)."""
+    rng = np.random.default_rng(2)
+    vocab = 300
+    logits = tf.cast(tf.constant(rng.normal(size=(2, 7, vocab)).astype(np.float32) * 3), dtype)
+    labels = tf.constant(rng.integers(0, vocab, size=(2, 7)).astype(np.int32))
+    upstream = rng.uniform(0.5, 2.0, size=(2, 7)).astype(np.float32)
+    lengths = tf.constant([7, 7])
+
+    def loss_and_gradient(values):
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            token_loss, _ = token_cross_entropy(values, labels, lengths, smoothing, training=True)
+            objective = tf.reduce_sum(token_loss * upstream)
+        return token_loss, tape.gradient(objective, values)
+
+    token_loss, grad = loss_and_gradient(logits)
+    float_loss, _ = loss_and_gradient(tf.cast(logits, tf.float32))
+    assert token_loss.dtype == tf.float32 and grad.dtype == dtype
+    np.testing.assert_array_equal(token_loss.numpy(), float_loss.numpy())
+    values = tf.cast(logits, tf.float64).numpy()
+    log_probs = values - values.max(axis=-1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(axis=-1, keepdims=True))
+    target = np.full(values.shape, smoothing / (vocab - 1))
+    np.put_along_axis(target, labels.numpy()[..., None], 1 - smoothing, axis=-1)
+    exact = (np.exp(log_probs) - target) * upstream[..., None]
+    unit = 2.0 ** -8 if dtype == tf.bfloat16 else 2.0 ** -11  # half an ulp, relative
+    np.testing.assert_allclose(tf.cast(grad, tf.float64).numpy(), exact, rtol=2 * unit, atol=1e-7)

@@ -33,7 +33,10 @@ model computes beyond float rounding (and which dropout mask a seed draws):
 - `matmul`'s bias in bfloat16 on a oneDNN CPU (`Setting.separate_bias`): TensorFlow fuses
   MatMul -> BiasAdd (-> ReLU) into one oneDNN inner product, whose bfloat16 kernel (gemm:jit) ran
   the training step's forward products about 25 % slower than the plain MatMul's (brgemm) on an
-  AVX512_BF16 EPYC; the bias is added in a separate op there (docs/performance.md).
+  AVX512_BF16 EPYC; the bias is added in a separate op there, or, for a product much wider than
+  its input (the output layer), by the product itself against a column of ones appended to the
+  input, which saves the add's and the bias gradient's passes over [tokens, vocab]
+  (docs/performance.md).
 - `matmul` / `einsum`: on a CPU without native bfloat16 (see opennmt_lite.cpu), bfloat16 operands
   are multiplied in float32 and rounded once: TensorFlow 2.21's bfloat16 MatMul there truncates
   its accumulations (products 0.28 % too small on average, biasing mixed_bfloat16 gradients toward
@@ -143,11 +146,8 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
         bias = None if bias is None else tf.cast(bias, tf.float32)
     if _oriented(a, b) and not transpose_a:
         outputs = oriented_product(a, b, transpose_b, bias)
-    elif bias is not None and _separate_bias(a):
-        outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
-        # [1, m, n] + [n]: grappler fuses a BiasAdd, or an add of a [n] vector, into the
-        # MatMul it follows, not an add after a reshape.
-        outputs = tf.squeeze(tf.expand_dims(outputs, 0) + bias, 0)
+    elif bias is not None and _separate_bias(a) and not transpose_a:
+        outputs = _product_with_bias(a, b, transpose_b, bias)
     else:
         outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
         if bias is not None:
@@ -166,6 +166,30 @@ def _oriented(a, b):
 def _separate_bias(a):
     """Whether a bfloat16 product of `a` [m, k] adds its bias in an op of its own."""
     return setting().separate_bias and a.dtype == tf.bfloat16 and a.shape.rank == 2
+
+
+def _product_with_bias(x, kernel, transpose_kernel, bias):
+    """x [m, k] @ kernel [k, n] ([n, k] when `transpose_kernel`) + bias [n] without the BiasAdd
+    that grappler would fuse (`Setting.separate_bias`). A wide product (n > 4k: the output layer)
+    takes the bias as one more row of the kernel against a column of ones appended to x (and
+    a zero row and column keeping k even, as bfloat16 kernels pair their inputs): the product
+    then adds it in float32 and its gradient sums it, which saves two passes over [m, n] (the
+    add and the bias gradient's sum; the output layer's forward and backward 5 % faster,
+    measured). Otherwise the bias is added to the product reshaped to [1, m, n], which grappler
+    does not fuse."""
+    m, k = tf.shape(x)[0], x.shape[-1]
+    n = kernel.shape[0] if transpose_kernel else kernel.shape[-1]
+    if not n > 4 * k:
+        outputs = tf.matmul(x, kernel, transpose_b=transpose_kernel)
+        return tf.squeeze(tf.expand_dims(outputs, 0) + bias, 0)
+    extra = 2 - k % 2  # the ones column, and a zero one when k is even
+    columns = [x, tf.ones([m, 1], x.dtype)] + ([tf.zeros([m, 1], x.dtype)] if extra == 2 else [])
+    rows = [bias[tf.newaxis]] + ([tf.zeros([1, n], bias.dtype)] if extra == 2 else [])
+    if transpose_kernel:
+        kernel = tf.concat([kernel] + [tf.transpose(row) for row in rows], axis=1)  # [n, k + extra]
+    else:
+        kernel = tf.concat([kernel] + rows, axis=0)  # [k + extra, n]
+    return tf.matmul(tf.concat(columns, axis=1), kernel, transpose_b=transpose_kernel)
 
 
 def kernel_gradient(x, d_outputs, transpose_kernel=False):

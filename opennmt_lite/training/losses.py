@@ -6,7 +6,8 @@ import tensorflow as tf
 
 
 def _smoothed_cross_entropy(logits, labels, label_smoothing):
-    """Per-token loss [batch, time] from float32 logits [batch, time, vocab].
+    """Per-token loss [batch, time] (float32) from logits [batch, time, vocab] of any float dtype,
+    computed in float32.
 
     With eps = label_smoothing, the target distribution q puts 1 - eps on the label and
     eps / (vocab - 1) on every other class (OpenNMT-tf's smoothing), and the loss is
@@ -21,10 +22,13 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     TensorFlow's log-softmax kernel is also faster than its softmax cross-entropy kernels on a CPU
     (forward and backward of a [800, 8 003] batch: 37 -> 21 ms, docs/performance.md). Same numbers
     within float rounding (the loss test compares with float64 and with the dense formula).
-    Without smoothing, the sparse kernel alone.
+    Without smoothing, the sparse kernel alone. The gradient is formed in the logits' dtype
+    before the label term is scattered in: with bfloat16 logits (mixed precision) the scatter,
+    which copies its input, copies half the bytes.
     """
     if label_smoothing == 0:
-        return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+        return tf.nn.sparse_softmax_cross_entropy_with_logits(
+            labels=labels, logits=tf.cast(logits, tf.float32))
     depth = tf.shape(logits)[-1]
     vocab = tf.cast(depth, tf.float32)
     off_value = label_smoothing / (vocab - 1.0)
@@ -33,17 +37,17 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
 
     @tf.custom_gradient
     def smoothed(logits):
-        log_probs = tf.nn.log_softmax(tf.reshape(logits, [-1, depth]))  # [tokens, vocab]
+        log_probs = tf.nn.log_softmax(tf.cast(tf.reshape(logits, [-1, depth]), tf.float32))
         nll = -tf.gather(log_probs, flat_labels, batch_dims=1)
         loss = on_weight * nll - off_value * tf.reduce_sum(log_probs, axis=-1)
 
         def grad(upstream):
             upstream = tf.reshape(upstream, [-1, 1])
-            d_logits = (tf.exp(log_probs) - off_value) * upstream
+            d_logits = tf.cast((tf.exp(log_probs) - off_value) * upstream, logits.dtype)
             rows = tf.range(tf.shape(flat_labels)[0], dtype=flat_labels.dtype)
             d_logits = tf.tensor_scatter_nd_add(
                 d_logits, tf.stack([rows, flat_labels], axis=1),
-                tf.reshape(upstream, [-1]) * -on_weight)
+                tf.cast(tf.reshape(upstream, [-1]) * -on_weight, logits.dtype))
             return tf.reshape(d_logits, tf.shape(logits))
 
         return tf.reshape(loss, tf.shape(labels)), grad
@@ -56,7 +60,6 @@ def token_cross_entropy(logits, labels, sequence_length, label_smoothing=0.0, tr
     loss 0 at padding), from logits [batch, time, vocab] (any float dtype; computed in float32),
     labels [batch, time], sequence_length [batch]. Label smoothing applies in training only, as in
     OpenNMT-tf."""
-    logits = tf.cast(logits, tf.float32)
     smoothing = label_smoothing if training else 0.0
     token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
     mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(labels)[1], dtype=tf.float32)
