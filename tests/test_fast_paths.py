@@ -317,3 +317,49 @@ def test_switched_off_the_products_are_the_plain_ops_whatever_the_cpu(monkeypatc
         enabled=False, bfloat16_matmul=cpu.NATIVE)
     with pytest.raises(ValueError, match="bfloat16_matmul"):
         fast_paths.configure(bfloat16_matmul="fast")
+
+
+def hashed_masks(rate, seeds, shape=(2000, 512)):
+    """Keep masks [shape] bool of `dropout_keep_mask` with hashed bits, one per seed [2]."""
+    fast_paths.configure(hashed_dropout_bits=True)
+
+    class Fixed:  # a seed generator that returns the given seeds in turn
+        def __init__(self, seeds):
+            self.seeds = iter(seeds)
+
+        def next(self):
+            return tf.constant(next(self.seeds), tf.int32)
+
+    generator = Fixed(seeds)
+    return [fast_paths.dropout_keep_mask(tf.constant(shape), rate, generator)[0].numpy()
+            for _ in seeds]
+
+
+@pytest.mark.parametrize("rate", [0.1, 0.3, 0.5])
+def test_hashed_dropout_bits_drop_at_the_rate_independently(rate):
+    """Over a million elements: the drop rate, the rate of two neighbours (in a row, the two
+    halves of one random word; across rows) and of the same element under the next seed of a
+    Keras seed generator (one word advances) are p and p^2 within 5 standard deviations; the same
+    seed gives the same mask, another one another mask."""
+    first, second, again = hashed_masks(rate, [(7, 100), (7, 101), (7, 100)])
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, second)
+    n = first.size
+
+    def check(events, p):
+        assert abs(events.mean() - p) < 5 * np.sqrt(p * (1 - p) / events.size), (events.mean(), p)
+
+    dropped, next_dropped = ~first, ~second
+    check(dropped, rate)
+    check(dropped[:, :-1] & dropped[:, 1:], rate**2)
+    check(dropped[:-1] & dropped[1:], rate**2)
+    check(dropped & next_dropped, rate**2)
+    check(dropped[:, 1:] & next_dropped[:, :-1], rate**2)  # not a shifted copy
+    assert n == 2000 * 512
+
+
+def test_hashed_dropout_bits_only_without_a_gpu(monkeypatch):
+    for gpu, want in [(False, True), (True, False)]:
+        monkeypatch.setattr(cpu, "gpu_present", lambda gpu=gpu: gpu)
+        assert fast_paths.configure().hashed_dropout_bits is want
+        assert fast_paths.configure(enabled=False).hashed_dropout_bits is False
