@@ -208,10 +208,7 @@ class MultiHeadAttention(keras.layers.Layer):
             if mask.shape.rank == 2:
                 mask = tf.expand_dims(mask, 1)  # same mask for every query
             mask = tf.expand_dims(mask, 1)  # same mask for every head
-            # OpenNMT-tf's logits * mask + (1 - mask) * min, as one add: where the mask is 1 both
-            # give the logit, where it is 0 both give min (a logit is far below min's rounding
-            # step, 2e31), and the add's gradient is the identity, so neither pass multiplies.
-            logits += (1.0 - mask) * tf.float32.min
+            logits = logits * mask + (1.0 - mask) * tf.float32.min
         attention = tf.nn.softmax(logits)
         record("attention", attention)
         attention = tf.cast(attention, queries.dtype)
