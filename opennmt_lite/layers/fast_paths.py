@@ -91,9 +91,8 @@ def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None, separ
     on a CPU (neither oneDNN nor a GPU), where they were measured. separate_bias None: on where
     bfloat16 products are native on a CPU running oneDNN (no GPU), where it was measured.
     hashed_dropout_bits None: on without a GPU (where Philox is cheap and uint32 arithmetic may
-    have no kernel). With
-    `enabled` False the products are the plain ops (NATIVE, automatic gradients, fused bias),
-    whatever the others say.
+    have no kernel). With `enabled` False the products are the plain ops (NATIVE, automatic
+    gradients, fused bias), whatever the others say.
     """
     global _setting
     if not enabled:
@@ -145,10 +144,10 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
     bfloat16 operands on the FLOAT32 path are multiplied in float32, bias and activation applied,
     and the result rounded to bfloat16 once. Autodiff follows the casts, so the gradients are
     float32 products (and a float32 bias sum) rounded to bfloat16. With `separate_bias`, a
-    bfloat16 a [m, k] is multiplied by the plain MatMul and the bias added by an op TensorFlow
-    does not fuse into it (the product is rounded to bfloat16 before the bias is added, as by
-    unfused Keras layers). Otherwise the plain ops MatMul -> BiasAdd -> activation, which
-    TensorFlow's graph optimizer fuses into one kernel.
+    bfloat16 a [m, k] is multiplied by the plain MatMul and the bias added without a BiasAdd
+    (`_product_with_bias`: a narrow product is rounded to bfloat16 before the bias is added, as
+    by unfused Keras layers; a wide one adds it inside the product). Otherwise the plain ops
+    MatMul -> BiasAdd -> activation, which TensorFlow's graph optimizer fuses into one kernel.
     """
     in_float32 = _multiply_in_float32(a)
     dtype = a.dtype
