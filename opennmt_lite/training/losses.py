@@ -19,11 +19,13 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     the backward pass; lse comes from it as max(x) - log(max(p)) (the largest probability is at
     least 1 / vocab, so its log is well conditioned), which saves the exponential of the backward
     pass and uses the softmax kernel, oneDNN's where TensorFlow runs it: forward and backward of a
-    [1 650, 8 003] batch 45 -> 33 ms on an AVX-512 EPYC, about the same with TensorFlow's own
-    kernels (docs/performance.md). At the end of the forward pass the logits and one tensor of
-    their size are alive, not three (logits, q, softmax - q): on the training benchmark (2 048-token
-    batches, 8 003 pieces: 65 MB per such tensor) the peak RSS is 55-65 MB lower than with the
-    dense kernel. Same numbers within float rounding (the loss test compares with float64 and with
+    [1 650, 8 003] batch 46 -> 37 ms (bfloat16 logits; float32 51 -> 39) on one thread of an
+    AVX-512 EPYC, against a log-softmax (docs/performance.md). The softmax runs after the
+    reductions over the logits, so that their float32 copy is freed as it ends (otherwise the
+    step's peak RSS grew by that copy, 55 MB on the training benchmark). At the end of the forward
+    pass the logits and one tensor of their size are alive, not three (logits, q, softmax - q): on
+    the training benchmark (2 048-token batches, 8 003 pieces: 65 MB per such tensor) the peak RSS
+    is 55-65 MB lower than with the dense kernel. Same numbers within float rounding (the loss test compares with float64 and with
     the dense formula). Without smoothing, the sparse kernel alone. The gradient is formed in the
     logits' dtype before the label term is scattered in: with bfloat16 logits (mixed precision)
     the scatter, which copies its input, copies half the bytes.
@@ -40,12 +42,14 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     @tf.custom_gradient
     def smoothed(logits):
         flat_logits = tf.cast(tf.reshape(logits, [-1, depth]), tf.float32)
-        probs = tf.nn.softmax(flat_logits)
-        log_sum_exp = (tf.reduce_max(flat_logits, axis=-1)
-                       - tf.math.log(tf.reduce_max(probs, axis=-1)))
-        nll = log_sum_exp - tf.gather(flat_logits, flat_labels, batch_dims=1)
-        sum_log_probs = tf.reduce_sum(flat_logits, axis=-1) - vocab * log_sum_exp
-        loss = on_weight * nll - off_value * sum_log_probs
+        largest = tf.reduce_max(flat_logits, axis=-1)
+        label_logit = tf.gather(flat_logits, flat_labels, batch_dims=1)
+        logit_sum = tf.reduce_sum(flat_logits, axis=-1)
+        with tf.control_dependencies([largest, label_logit, logit_sum]):
+            probs = tf.nn.softmax(flat_logits)
+        log_sum_exp = largest - tf.math.log(tf.reduce_max(probs, axis=-1))
+        nll = log_sum_exp - label_logit
+        loss = on_weight * nll - off_value * (logit_sum - vocab * log_sum_exp)
 
         def grad(upstream):
             upstream = tf.reshape(upstream, [-1, 1])
