@@ -25,10 +25,11 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     step's peak RSS grew by that copy, 55 MB on the training benchmark). At the end of the forward
     pass the logits and one tensor of their size are alive, not three (logits, q, softmax - q): on
     the training benchmark (2 048-token batches, 8 003 pieces: 65 MB per such tensor) the peak RSS
-    is 55-65 MB lower than with the dense kernel. Same numbers within float rounding (the loss test compares with float64 and with
-    the dense formula). Without smoothing, the sparse kernel alone. The gradient is formed in the
-    logits' dtype before the label term is scattered in: with bfloat16 logits (mixed precision)
-    the scatter, which copies its input, copies half the bytes.
+    is 55-65 MB lower than with the dense kernel. Same numbers within float rounding (the loss
+    test compares with float64 and with the dense formula). Without smoothing, the sparse kernel
+    alone. The gradient is formed in the logits' dtype before the label term is scattered in:
+    with bfloat16 logits (mixed precision) the scatter, which copies its input, copies half the
+    bytes.
     """
     if label_smoothing == 0:
         return tf.nn.sparse_softmax_cross_entropy_with_logits(
