@@ -31,7 +31,8 @@ def main():
     cli.import_tensorflow_quietly()
     import tensorflow as tf
 
-    # Eager ops of one Python thread: the product runs on this thread (one cache).
+    # One thread per product, as in the training step's sub-batches. (Eager ops run on this
+    # Python thread, so one cache holds every primitive measured.)
     tf.config.threading.set_intra_op_parallelism_threads(1)
     shapes = int(os.environ.get("SHAPES", "150"))
     results = {"onednn": cpu.onednn_enabled(), "cpu": cpu.cpu_features().describe(),

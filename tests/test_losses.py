@@ -7,6 +7,13 @@ import tensorflow as tf
 from opennmt_lite.training.losses import cross_entropy_sequence_loss, token_cross_entropy
 
 
+def float64_log_probs(values):
+    """log_softmax over the last axis of `values` (any array), computed in float64."""
+    shifted = np.asarray(values, np.float64)
+    shifted = shifted - shifted.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
 @pytest.mark.parametrize("smoothing, training", [(0.0, True), (0.1, True), (0.1, False)])
 def test_loss_and_gradient_match_dense_smoothed_cross_entropy(smoothing, training):
     rng = np.random.default_rng(0)
@@ -59,9 +66,7 @@ def test_smoothed_loss_matches_the_dense_formula_at_the_benchmark_vocabulary_siz
         reference_objective = tf.reduce_sum(reference * upstream)
     reference_grad = tape.gradient(reference_objective, logits)
     # exact: loss -sum(q log p), gradient (p - q) * upstream, in float64
-    shifted = logits_values.astype(np.float64)
-    shifted -= shifted.max(axis=-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    log_probs = float64_log_probs(logits_values)
     exact_target = np.full(logits_values.shape, eps / (vocab - 1))
     np.put_along_axis(exact_target, label_values[..., None], 1 - eps, axis=-1)
     exact_loss = -(exact_target * log_probs).sum(axis=-1)
@@ -86,9 +91,7 @@ def test_smoothed_loss_of_logits_far_from_zero_stays_within_1e_6_of_float64(offs
     token_loss, _ = token_cross_entropy(
         tf.constant(logits_values), tf.constant(label_values), tf.constant([50, 50]), eps,
         training=True)
-    shifted = logits_values.astype(np.float64)
-    shifted -= shifted.max(axis=-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+    log_probs = float64_log_probs(logits_values)
     label_log_probs = np.take_along_axis(log_probs, label_values[..., None], axis=-1)[..., 0]
     off_value = eps / (vocab - 1)
     exact = -(1 - eps - off_value) * label_log_probs - off_value * log_probs.sum(axis=-1)
@@ -119,10 +122,8 @@ def test_16_bit_logits_give_the_float32_loss_and_a_gradient_in_their_dtype(dtype
     float_loss, _ = loss_and_gradient(tf.cast(logits, tf.float32))
     assert token_loss.dtype == tf.float32 and grad.dtype == dtype
     np.testing.assert_array_equal(token_loss.numpy(), float_loss.numpy())
-    values = tf.cast(logits, tf.float64).numpy()
-    log_probs = values - values.max(axis=-1, keepdims=True)
-    log_probs -= np.log(np.exp(log_probs).sum(axis=-1, keepdims=True))
-    target = np.full(values.shape, smoothing / (vocab - 1))
+    log_probs = float64_log_probs(tf.cast(logits, tf.float64).numpy())
+    target = np.full(log_probs.shape, smoothing / (vocab - 1))
     np.put_along_axis(target, labels.numpy()[..., None], 1 - smoothing, axis=-1)
     exact = (np.exp(log_probs) - target) * upstream[..., None]
     unit = 2.0 ** -8 if dtype == tf.bfloat16 else 2.0 ** -11  # half an ulp, relative

@@ -21,8 +21,8 @@ def _smoothed_cross_entropy(logits, labels, label_smoothing):
     pass and uses the softmax kernel, oneDNN's where TensorFlow runs it: forward and backward of a
     [1 650, 8 003] batch 46 -> 37 ms (bfloat16 logits; float32 51 -> 39) on one thread of an
     AVX-512 EPYC, against a log-softmax (docs/performance.md). The softmax runs after the
-    reductions over the logits, so that their float32 copy is freed as it ends (otherwise the
-    step's peak RSS grew by that copy, 55 MB on the training benchmark). At the end of the forward
+    reductions over the logits, so that the float32 logits are freed as it ends (otherwise the
+    step's peak RSS grew by one such tensor, 55 MB on the training benchmark). At the end of the forward
     pass the logits and one tensor of their size are alive, not three (logits, q, softmax - q): on
     the training benchmark (2 048-token batches, 8 003 pieces: 65 MB per such tensor) the peak RSS
     is 55-65 MB lower than with the dense kernel. Same numbers within float rounding (the loss
