@@ -26,7 +26,8 @@ def chromium(*arguments):
     """Runs headless Chromium; fails (never skips) when it is missing: CI installs it."""
     binary = shutil.which("chromium") or shutil.which("chromium-browser")
     if binary is None:
-        pytest.fail("chromium is not installed (apt-get install -y chromium; .ci/run installs it)")
+        pytest.fail("chromium is not installed: run `sudo apt-get install -y chromium` (Debian, Ubuntu; "
+                    "the README's quick start), or put a Chromium binary named chromium on the PATH")
     result = subprocess.run([binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
                              *arguments], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -26,12 +26,17 @@ def test_layer_example_runs_and_prints_what_it_says(monkeypatch):
 def test_quick_start_commands_exist():
     quick = README.split("## Quick start")[1].split("##")[0]
     commands = re.findall(r"^(python [^#\n]*?)\s*(?:#.*)?$", quick, flags=re.M)
-    assert commands[0] == "python -m pip install -r requirements.txt"
-    assert commands[1] == "python run.py train --config configs/sample.yml"
-    assert commands[2] == "python -m pytest -q"
-    # CI runs the README's test line itself, character for character.
-    test_line = next(line for line in quick.splitlines() if line.startswith(commands[2]))
+    assert commands[:4] == ["python -m venv .venv && . .venv/bin/activate",
+                        "python -m pip install -r requirements.txt",
+                        "python run.py train --config configs/sample.yml",
+                        "python -m pytest -q"]
+    # The browser the page tests need is installed before the test line, as CI does.
+    assert re.search(r"^sudo apt-get install -y chromium\s", quick, flags=re.M)
+    # CI runs the README's test line itself, character for character, in a venv of its own.
+    test_line = next(line for line in quick.splitlines() if line.startswith(commands[3]))
     ci_lines = (ROOT / ".ci" / "run").read_text().splitlines()
     assert any("-r requirements.txt" in line for line in ci_lines)
+    assert any(re.match(r"python3? -m venv ", line) for line in ci_lines)
+    assert any("apt-get install" in line and "chromium" in line for line in ci_lines)
     assert test_line in ci_lines
     assert (ROOT / "configs" / "sample.yml").exists()
