@@ -1,0 +1,379 @@
+"""`run.py serve` as a client sees it: a real server process on 127.0.0.1 (a free port), started
+once for the module, asked over HTTP (http.client).
+
+The model is tests/fixtures/ct2_models/postnorm, served three ways at once: its checkpoint (id 0),
+its CTranslate2 export (id 1) and its SavedModel export (id 2), exported here. Each answer must be
+what `run.py infer` (or `infer --ctranslate2`) writes for the same sentences and options: the same
+translations, scores within 1e-4 (the server batches other sentences together than infer does;
+infer prints 6 decimals), for single requests, one batched request, and concurrent requests that
+the server batches together. A table of malformed requests: each gets its status code and a JSON
+error, and the server keeps serving. A second server is stopped by SIGTERM while clients send:
+every request it received is answered, and it exits 0.
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import yaml
+
+import run
+from conftest import FIXTURES
+from opennmt_lite import build
+from opennmt_lite.config import load_config
+
+pytest.importorskip("ctranslate2")
+pytest.importorskip("tensorflow_text")
+
+REPO = FIXTURES.parents[1]
+CONFIG = FIXTURES / "ct2_models" / "postnorm" / "config.yml"
+SENTENCES = [line for line in (REPO / "data" / "test.en").read_text(encoding="utf-8").splitlines()
+             if line.strip()][:10]
+SCORE_TOLERANCE = 1e-4
+LIMITS = {"max_request_sentences": 20, "max_sentence_characters": 2000, "queue_limit": 16,
+          "max_request_bytes": 100_000, "max_beam_size": 8}
+START_TIMEOUT = 180
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    """(status, headers, parsed JSON or text) of one request on a fresh connection."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if isinstance(body, (list, dict)):
+            body = json.dumps(body).encode()
+        connection.request(method, path, body=body, headers=headers or {})
+        response = connection.getresponse()
+        data = response.read()
+        try:
+            data = json.loads(data)
+        except ValueError:
+            data = data.decode("utf-8", "replace")
+        return response.status, dict(response.getheaders()), data
+    finally:
+        connection.close()
+
+
+def translate(port, items):
+    status, _, data = request(port, "POST", "/translator/translate", items)
+    assert status == 200, data
+    return data
+
+
+def start_server(configs, port, log):
+    process = subprocess.Popen(
+        [sys.executable, "run.py", "serve", "--config", *map(str, configs), "--port", str(port)],
+        cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the server exited with {process.returncode}")
+        try:
+            if request(port, "GET", "/translator/health", timeout=2)[0] == 200:
+                return process
+        except OSError:
+            time.sleep(0.5)
+    process.kill()
+    raise AssertionError("the server did not start")
+
+
+def stop(process):
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            return process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    return process.returncode
+
+
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    from opennmt_lite.export import ctranslate2 as ct2_export
+    from opennmt_lite.export.saved_model import export_model
+
+    directory = tmp_path_factory.mktemp("serve")
+    config = load_config([str(CONFIG)])
+    model, assets, _ = build.inference_model(config)
+    options = build.decoding_options(config.params, config.infer)
+    ct2_export.export_model(model, assets, options, config.data, str(directory / "ct2"))
+    export_model(model, assets, options, config.data, str(directory / "saved_model"),
+                 maximum_source_length=config.infer.maximum_features_length)
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(exports):
+    serve_config = exports / "serve.yml"
+    serve_config.write_text(yaml.safe_dump({"serve": dict(LIMITS, models=[
+        {"id": 0, "backend": "checkpoint"},
+        {"id": 1, "backend": "ctranslate2", "path": str(exports / "ct2")},
+        {"id": 2, "backend": "saved_model", "path": str(exports / "saved_model")},
+    ])}))
+    port = free_port()
+    with open(exports / "server.log", "wb") as log:
+        process = start_server([CONFIG, serve_config], port, log)
+        yield port
+        assert stop(process) == 0
+
+
+@pytest.fixture(scope="module")
+def sources(exports):
+    path = exports / "sources.en"
+    path.write_text("".join(f"{line}\n" for line in SENTENCES), encoding="utf-8")
+    return path
+
+
+def infer(sources, tmp_path, *extra, configs=(CONFIG,)):
+    """[[(score, text[, alignment])] n_best per source] that `run.py infer` writes."""
+    output = tmp_path / f"pred{len(list(tmp_path.iterdir()))}.txt"
+    assert run.main(["infer", "--config", *map(str, configs), "--features_file", str(sources),
+                     "--predictions_file", str(output), "--with_scores", *extra]) == 0
+    lines = [line.split(" ||| ") for line in output.read_text(encoding="utf-8").splitlines()]
+    n_best = len(lines) // len(SENTENCES)
+    return [[(float(parts[0]), *parts[1:]) for parts in lines[i * n_best:(i + 1) * n_best]]
+            for i in range(len(SENTENCES))]
+
+
+def assert_same(answers, expected, alignments=False):
+    """`answers`: the API's n_best lists; `expected`: infer's hypotheses per source."""
+    n_best = len(expected[0])
+    assert len(answers) == n_best
+    for rank in range(n_best):
+        assert [a["src"] for a in answers[rank]] == SENTENCES
+        for answer, hypotheses in zip(answers[rank], expected):
+            score, text, *alignment = hypotheses[rank]
+            assert answer["tgt"] == text and answer["n_best"] == n_best
+            assert abs(answer["pred_score"] - score) <= SCORE_TOLERANCE, (answer, score)
+            if alignments:
+                assert answer["align"] == alignment
+            else:
+                assert "align" not in answer
+
+
+def merged(answers_per_request):
+    """The n_best lists of several one-sentence requests, as one request's."""
+    return [[answers[rank][0] for answers in answers_per_request]
+            for rank in range(len(answers_per_request[0]))]
+
+
+def concurrently(port, item_lists):
+    results = [None] * len(item_lists)
+
+    def send(index):
+        results[index] = translate(port, item_lists[index])
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(item_lists))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
+# -- answers equal to infer's ------------------------------------------------------------------
+
+@pytest.mark.parametrize("model_id", [0, 1, 2], ids=["checkpoint", "ctranslate2", "saved_model"])
+def test_single_batched_and_concurrent_requests_equal_infer(server, exports, sources, tmp_path, model_id):
+    extra = ["--ctranslate2", str(exports / "ct2")] if model_id == 1 else []
+    expected = infer(sources, tmp_path, *extra)  # (the config's beam 4; the SavedModel's too)
+    single = [translate(server, [{"src": s, "id": model_id}]) for s in SENTENCES]
+    assert_same(merged(single), expected)
+    assert_same(translate(server, [{"src": s, "id": model_id} for s in SENTENCES]), expected)
+    together = concurrently(server, [[{"src": s, "id": model_id}] for s in SENTENCES])
+    assert_same(merged(together), expected)
+
+
+@pytest.mark.parametrize("model_id", [0, 1], ids=["checkpoint", "ctranslate2"])
+def test_beam_size_and_n_best_options_equal_infer(server, exports, sources, tmp_path, model_id):
+    extra = ["--ctranslate2", str(exports / "ct2")] if model_id == 1 else []
+    for beam, n_best in ((1, 1), (3, 2)):
+        expected = infer(sources, tmp_path, "--beam_width", str(beam), "--n_best", str(n_best), *extra)
+        items = [{"src": s, "id": model_id, "beam_size": beam, "n_best": n_best} for s in SENTENCES]
+        assert_same(translate(server, items), expected)
+
+
+def test_alignments_equal_infer_hard_alignments(server, exports, sources, tmp_path):
+    hard = tmp_path / "hard.yml"
+    hard.write_text("infer:\n  with_alignments: hard\n")
+    for model_id, extra in ((0, []), (2, [])):
+        expected = infer(sources, tmp_path, *extra, configs=(CONFIG, hard))
+        items = [{"src": s, "id": model_id, "report_align": True} for s in SENTENCES]
+        answers = translate(server, items)
+        for answer, ((score, text, alignment),) in zip(answers[0], expected):
+            assert answer["tgt"] == text and answer["align"] == [alignment]
+
+
+def test_default_model_whitespace_and_empty_source(server):
+    answers = translate(server, [{"src": f"  {SENTENCES[0]}\t"}, {"src": "   "}])[0]
+    alone = translate(server, [{"src": SENTENCES[0], "id": 0}])[0][0]
+    assert answers[0]["tgt"] == f"  {alone['tgt']}\t"  # (OpenNMT-py puts the spaces back)
+    assert answers[1]["tgt"] == "   " and answers[1]["pred_score"] == 0
+
+
+def test_models_health_and_metrics(server):
+    status, _, models = request(server, "GET", "/translator/models")
+    assert status == 200
+    assert [(m["model_id"], m["backend"]) for m in models] == [
+        (0, "checkpoint"), (1, "ctranslate2"), (2, "saved_model")]
+    assert models[0]["opt"]["beam_size"] == 4 and models[0]["loaded"] is True
+    assert request(server, "GET", "/translator/health")[2] == {"status": "ok"}
+    before = metric(server, 'opennmt_lite_serve_sentences_total{model="1"}')
+    translate(server, [{"src": s, "id": 1} for s in SENTENCES[:3]])
+    assert metric(server, 'opennmt_lite_serve_sentences_total{model="1"}') == before + 3
+    status, headers, text = request(server, "GET", "/metrics")
+    assert headers["content-type"].startswith("text/plain")
+    for name in ("requests_total", "source_tokens_total", "target_tokens_total", "queue_depth",
+                 "batch_size_bucket", "request_latency_seconds_bucket"):
+        assert f"opennmt_lite_serve_{name}" in text
+    assert re.search(r'request_latency_percentile_seconds\{quantile="0.99"\} [0-9.e-]+', text)
+
+
+def metric(port, name):
+    text = request(port, "GET", "/metrics")[2]
+    values = [float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " ")]
+    return values[0] if values else 0.0
+
+
+# -- malformed requests ------------------------------------------------------------------------
+
+def items(**extra):
+    return json.dumps([dict({"src": "Hello world."}, **extra)]).encode()
+
+
+MALFORMED = [
+    ("bad JSON", "POST", b'[{"src": "a"', 400),
+    ("empty body", "POST", b"", 400),
+    ("an object, not a list", "POST", b'{"src": "a"}', 400),
+    ("empty list", "POST", b"[]", 400),
+    ("a list of strings", "POST", b'["a", "b"]', 400),
+    ("no src", "POST", b'[{"id": 0}]', 400),
+    ("src a number", "POST", b'[{"src": 5}]', 400),
+    ("src null", "POST", b'[{"src": null}]', 400),
+    ("src a list", "POST", b'[{"src": ["a"]}]', 400),
+    ("id a string", "POST", items(id="0"), 400),
+    ("id negative", "POST", items(id=-1), 400),
+    ("id true", "POST", items(id=True), 400),
+    ("id a float", "POST", items(id=0.5), 400),
+    ("unknown model id", "POST", items(id=7), 404),
+    ("two models in one request", "POST", b'[{"src": "a", "id": 0}, {"src": "b", "id": 1}]', 400),
+    ("negative beam size", "POST", items(beam_size=-1), 400),
+    ("zero beam size", "POST", items(beam_size=0), 400),
+    ("beam size a float", "POST", items(beam_size=1.5), 400),
+    ("beam size past serve.max_beam_size", "POST", items(beam_size=9), 400),
+    ("n_best above the beam size", "POST", items(beam_size=2, n_best=3), 400),
+    ("beam size other than the SavedModel's", "POST", items(id=2, beam_size=2), 400),
+    ("options differing between items", "POST", b'[{"src": "a", "n_best": 1}, {"src": "b", "n_best": 2}]', 400),
+    ("report_align a string", "POST", items(report_align="yes"), 400),
+    ("unknown key", "POST", items(tgt="x"), 400),
+    ("NaN", "POST", b'[{"src": "a", "beam_size": NaN}]', 400),
+    ("invalid UTF-8", "POST", b'[{"src": "caf\xe9 \xff"}]', 400),
+    ("a lone surrogate", "POST", b'[{"src": "a \\ud800 b"}]', 400),
+    ("nested a million deep", "POST", b"[" * 1_000_000 + b"]" * 1_000_000, 413),
+    ("nested deeply", "POST", b"[" * 50_000 + b"]" * 50_000, 400),
+    ("huge sentence", "POST", items(src="word " * 1000), 413),
+    ("too many sentences", "POST", json.dumps([{"src": "a"}] * 21).encode(), 413),
+    ("more sentences than the queue takes", "POST", json.dumps([{"src": "a b"}] * 17).encode(), 503),
+    ("GET on translate", "GET", None, 405),
+    ("unknown path", "POST", b"[]", 404),
+]
+
+
+def test_every_malformed_request_gets_its_status_and_a_json_error(server):
+    assert len(MALFORMED) >= 20
+    for name, method, body, expected in MALFORMED:
+        path = "/translator/nothing" if name == "unknown path" else "/translator/translate"
+        status, headers, data = request(server, method, path, body,
+                                        headers={"Content-Type": "application/json"})
+        assert status == expected, (name, status, data)
+        assert isinstance(data, dict) and data["status"] == "error", (name, data)
+        assert isinstance(data["error"], str) and data["error"] and "\n" not in data["error"], name
+        if expected == 503:
+            assert int(headers["retry-after"]) >= 1, name
+        # the server keeps serving
+        assert translate(server, [{"src": SENTENCES[0]}])[0][0]["tgt"]
+
+
+def test_a_declared_body_too_large_is_refused_before_it_is_read(server):
+    connection = http.client.HTTPConnection("127.0.0.1", server, timeout=30)
+    try:
+        connection.putrequest("POST", "/translator/translate")
+        connection.putheader("Content-Length", str(LIMITS["max_request_bytes"] + 1))
+        connection.endheaders()
+        response = connection.getresponse()
+        assert response.status == 413 and json.loads(response.read())["status"] == "error"
+    finally:
+        connection.close()
+
+
+# -- start and stop ----------------------------------------------------------------------------
+
+def test_a_model_that_cannot_be_loaded_stops_the_server_with_one_line(tmp_path):
+    serve_config = tmp_path / "serve.yml"
+    serve_config.write_text(yaml.safe_dump({"serve": {"models": [
+        {"id": 0, "backend": "checkpoint"},
+        {"id": 3, "backend": "ctranslate2", "path": str(tmp_path / "no_model")}]}}))
+    result = subprocess.run([sys.executable, "run.py", "serve", "--config", str(CONFIG),
+                             str(serve_config), "--port", str(free_port())],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "model 3 (ctranslate2" in errors[0] and "Traceback" not in result.stderr
+
+
+def test_sigterm_under_load_answers_every_received_request_and_exits_0(exports, tmp_path):
+    serve_config = tmp_path / "serve.yml"
+    # (a long batch wait: requests are still queued when the signal comes)
+    serve_config.write_text(yaml.safe_dump({"serve": {"batch_timeout_ms": 300, "models": [
+        {"id": 0, "backend": "ctranslate2", "path": str(exports / "ct2")}]}}))
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    with open(log_path, "wb") as log:
+        process = start_server([CONFIG, serve_config], port, log)
+        answered, refused, lock, stopping = [], [], threading.Lock(), threading.Event()
+
+        def client(index):
+            while True:
+                sentence = SENTENCES[index % len(SENTENCES)]
+                try:
+                    status, _, data = request(port, "POST", "/translator/translate",
+                                              [{"src": sentence}], timeout=120)
+                except OSError:  # (refused or reset: the server had stopped accepting)
+                    with lock:
+                        refused.append(index)
+                    if stopping.is_set():
+                        return
+                    continue
+                with lock:
+                    answered.append((status, data))
+
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
+        for thread in threads:
+            thread.start()
+        while len(answered) < 20:
+            time.sleep(0.05)
+        stopping.set()
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(120)
+        for thread in threads:
+            thread.join(60)
+    assert code == 0
+    assert answered and all(status == 200 and data[0][0]["tgt"] for status, data in answered)
+    text = log_path.read_text()
+    received, replied = map(int, re.search(r"(\d+) translation requests received, (\d+) answered",
+                                           text).groups())
+    assert received == replied == len(answered)
