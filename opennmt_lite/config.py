@@ -410,10 +410,11 @@ class ServeConfig:
     port: int = key("int", 5000, minimum=0, nullable=False)
     url_root: str = key("str", "/translator", nullable=False)
     # A batch: at most this many sentences and source tokens (rows x longest), gathered for at
-    # most batch_timeout_ms after its first sentence arrived.
+    # most batch_timeout_ms after its first sentence arrived (0: it leaves as soon as a worker is
+    # free; sentences still gather while every worker is busy).
     max_batch_size: int = key("int", 32, minimum=1, nullable=False)
     max_batch_tokens: int = key("int", None, minimum=1)
-    batch_timeout_ms: float = key("float", 5.0, minimum=0, nullable=False)
+    batch_timeout_ms: float = key("float", 0.0, minimum=0, nullable=False)
     # Batches translated at once (null: every core for CTranslate2, 1 for TensorFlow).
     batch_workers: int = key("int", None, minimum=1)
     # Sentences waiting for a batch, per model: past it, 503 with Retry-After.

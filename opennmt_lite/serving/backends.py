@@ -81,6 +81,7 @@ class Model:
         self.maximum_length = config.infer.maximum_features_length
         self.default_beam = config.params.beam_width
         self.default_n_best = config.infer.n_best
+        self._options = {}
 
     def prepare(self, sentences):
         """[Source] of raw sentences (the config's tokenizer and vocabulary, infer's cut)."""
@@ -99,6 +100,14 @@ class Model:
 
     def options(self, beam_size=None, n_best=None, max_beam_size=None):
         """The DecodingOptions of a request (None: the config's); OptionError when refused."""
+        key = (beam_size, n_best, max_beam_size)
+        if key not in self._options:  # (made once: a request's options are few)
+            if len(self._options) > 1000:
+                self._options.clear()
+            self._options[key] = self._make_options(beam_size, n_best, max_beam_size)
+        return self._options[key]
+
+    def _make_options(self, beam_size, n_best, max_beam_size):
         beam = self.default_beam if beam_size is None else beam_size
         if max_beam_size is not None and beam > max_beam_size:
             raise OptionError(f"beam_size {beam} is more than this server allows "
@@ -184,14 +193,14 @@ class SavedModelModel(Model):
         self.signatures = {name: self.loaded.signatures[name] for name in ("translate", "serving_default")}
         self._tf = tf
 
-    def options(self, beam_size=None, n_best=None, max_beam_size=None):
+    def _make_options(self, beam_size, n_best, max_beam_size):
         if beam_size is not None and beam_size != self.default_beam:
             raise OptionError(f"model {self.model_id} (saved_model) translates with the beam size "
                               f"fixed at export, {self.default_beam}; got beam_size {beam_size}")
         if n_best is not None and n_best > self.default_n_best:
             raise OptionError(f"model {self.model_id} (saved_model) returns at most the n_best "
                               f"fixed at export, {self.default_n_best}; got n_best {n_best}")
-        options = super().options(None, None)
+        options = super()._make_options(None, None, None)
         return dataclasses.replace(options, n_best=n_best or self.default_n_best)
 
     def translate(self, sources, options, alignments=None):

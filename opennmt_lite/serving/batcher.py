@@ -156,8 +156,8 @@ class Batcher:
         self.in_flight += len(batch)
         self.metrics.in_flight.labels(self.label).set(self.in_flight)
         try:
-            results = await loop.run_in_executor(
-                self._executor, self.model.translate, sources, job0.options, job0.alignments)
+            results, target_tokens = await loop.run_in_executor(
+                self._executor, self._run, sources, job0.options, job0.alignments)
         except Exception as error:  # noqa: BLE001 (answered as a 500 to each request of the batch)
             logger.exception("model %s: a batch of %d sentences failed", self.label, len(batch))
             for job, _ in batch:
@@ -168,14 +168,19 @@ class Batcher:
             self.in_flight -= len(batch)
             self.metrics.in_flight.labels(self.label).set(self.in_flight)
             self._slots.release()
-        target_tokens = sum(len(self.model.assets.target_tokenizer.tokenize(hypotheses[0][0]))
-                            for hypotheses in results)
         self.metrics.batch(self.label, len(batch), sum(len(s.tokens) for s in sources), target_tokens)
         for (job, index), hypotheses in zip(batch, results):
             job.results[index] = hypotheses
             job.remaining -= 1
             if not job.remaining and not job.done.done():
                 job.done.set_result(job.results)
+
+
+    def _run(self, sources, options, alignments):
+        """(the batch's results, the target tokens of its best hypotheses), on a worker thread."""
+        results = self.model.translate(sources, options, alignments)
+        tokenize = self.model.assets.target_tokenizer.tokenize_batch
+        return results, sum(map(len, tokenize([hypotheses[0][0] for hypotheses in results])))
 
 
 def _empty_alignment():

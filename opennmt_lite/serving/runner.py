@@ -44,13 +44,17 @@ def serve(config, config_paths, host=None, port=None):
     import uvicorn
 
     settings = config.serve
-    models = load_models(config, config_paths)
-    metrics = Metrics()
-    server = Server(models, settings, metrics)
     host = settings.host if host is None else host
     port = settings.port if port is None else port
-    sock = listening_socket(host, port)
+    sock = listening_socket(host, port)  # (first: a port in use costs no model loading)
     port = sock.getsockname()[1]
+    try:
+        models = load_models(config, config_paths)
+    except BaseException:
+        sock.close()
+        raise
+    metrics = Metrics()
+    server = Server(models, settings, metrics)
     uvicorn_config = uvicorn.Config(
         server.app(), host=host, port=port, log_level="warning", access_log=False, log_config=None,
         lifespan="on",
