@@ -424,6 +424,8 @@ class ServeConfig:
     max_request_bytes: int = key("int", 1048576, minimum=1, nullable=False)
     request_timeout: float = key("float", 60.0, minimum=0.001, nullable=False)
     max_beam_size: int = key("int", 16, minimum=1, nullable=False)
+    # Open connections (and requests under way): past it uvicorn answers 503 itself.
+    max_connections: int = key("int", 2048, minimum=1, nullable=False)
     log_every: float = key("float", 60.0, minimum=0, nullable=False)  # seconds; 0: never
     models: tuple = key("list")
 

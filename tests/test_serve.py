@@ -38,8 +38,9 @@ CONFIG = FIXTURES / "ct2_models" / "postnorm" / "config.yml"
 SENTENCES = [line for line in (REPO / "data" / "test.en").read_text(encoding="utf-8").splitlines()
              if line.strip()][:10]
 SCORE_TOLERANCE = 1e-4
+# (a batch waits up to 50 ms for more sentences: concurrent requests share batches)
 LIMITS = {"max_request_sentences": 20, "max_sentence_characters": 2000, "queue_limit": 16,
-          "max_request_bytes": 100_000, "max_beam_size": 8}
+          "max_request_bytes": 100_000, "max_beam_size": 8, "batch_timeout_ms": 50}
 START_TIMEOUT = 180
 
 
@@ -194,8 +195,11 @@ def test_single_batched_and_concurrent_requests_equal_infer(server, exports, sou
     single = [translate(server, [{"src": s, "id": model_id}]) for s in SENTENCES]
     assert_same(merged(single), expected)
     assert_same(translate(server, [{"src": s, "id": model_id} for s in SENTENCES]), expected)
+    batches = metric(server, f'opennmt_lite_serve_batch_size_count{{model="{model_id}"}}')
     together = concurrently(server, [[{"src": s, "id": model_id}] for s in SENTENCES])
     assert_same(merged(together), expected)
+    # (batched across requests: fewer batches than requests)
+    assert metric(server, f'opennmt_lite_serve_batch_size_count{{model="{model_id}"}}') - batches < len(SENTENCES)
 
 
 @pytest.mark.parametrize("model_id", [0, 1], ids=["checkpoint", "ctranslate2"])
@@ -321,6 +325,13 @@ def test_a_declared_body_too_large_is_refused_before_it_is_read(server):
 
 
 # -- start and stop ----------------------------------------------------------------------------
+
+def test_a_port_in_use_stops_the_server_with_one_line(server):
+    result = subprocess.run([sys.executable, "run.py", "serve", "--config", str(CONFIG), "--port",
+                             str(server)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert result.returncode == 2 and len(errors) == 1 and f":{server}" in errors[0], result.stderr[-2000:]
+
 
 def test_a_model_that_cannot_be_loaded_stops_the_server_with_one_line(tmp_path):
     serve_config = tmp_path / "serve.yml"

@@ -8,12 +8,14 @@ the server gracefully: it stops accepting connections, answers every request it 
 
 import logging
 import signal
+import sys
 
 from opennmt_lite.serving.app import Server
 from opennmt_lite.serving.backends import load_model
 from opennmt_lite.serving.metrics import Metrics
 
 logger = logging.getLogger("opennmt_lite")
+SWITCH_INTERVAL = 0.0005  # seconds
 
 
 def model_entries(config, config_path):
@@ -60,10 +62,14 @@ def serve(config, config_paths, host=None, port=None):
         lifespan="on",
         # (the requests under way may take this long to be answered after SIGTERM)
         timeout_graceful_shutdown=int(settings.request_timeout) + 5,
-        # (bounds the open connections: past it uvicorn answers 503 itself)
-        limit_concurrency=4 * settings.queue_limit + 64,
+        # (bounds the open connections and requests under way: past it uvicorn answers 503)
+        limit_concurrency=settings.max_connections,
         timeout_keep_alive=5)
     http = uvicorn.Server(uvicorn_config)
+    # The event loop's thread calls C code that releases the GIL (SentencePiece tokenizes each
+    # request there); taking it back waits for the thread holding it to yield, by default after
+    # 5 ms. With translating threads busy, that wait dominated a request's time: a shorter one.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     # uvicorn turns SIGTERM into a graceful stop, then raises it again for the handler that was
     # there before: a graceful stop is this command's success, so that handler does nothing.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
