@@ -37,7 +37,10 @@ def load_models(config, config_paths):
                 loaded[entry["config"]] = load_config([entry["config"]])
             entry_config = loaded[entry["config"]]
         logger.info("loading model %d (%s)", entry["id"], entry["backend"])
-        models[entry["id"]] = load_model(entry, entry_config, config.serve.batch_workers)
+        model = models[entry["id"]] = load_model(entry, entry_config, config.serve.batch_workers)
+        # One translation now (the checkpoint's decoding function is traced on its first call,
+        # seconds), so that the first client does not wait for it.
+        model.translate(model.prepare(["warm up"]), model.options())
     return models
 
 
