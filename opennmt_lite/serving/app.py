@@ -43,6 +43,7 @@ ITEM_KEYS = ("src", "id", "beam_size", "n_best", "report_align")
 # Requests of at most this many characters are tokenized in the event loop (a few tens of
 # microseconds: less than a hand-over to a thread).
 INLINE_CHARACTERS = 2000
+RETRY_AFTER = 1  # seconds
 
 
 class RequestError(Exception):
@@ -205,8 +206,9 @@ class Server:
                                retry_after=self.retry_after()) from None
 
     def retry_after(self):
-        """Seconds a refused client should wait: about the time the queue takes to drain."""
-        return max(1, math.ceil(self.settings.batch_timeout_ms / 1000 * 10))
+        """Seconds a refused client is told to wait (Retry-After): the HTTP header's smallest
+        value; a batch takes milliseconds to seconds, and the queue drains batch by batch."""
+        return RETRY_AFTER
 
     # -- the other routes ----------------------------------------------------------------------
 

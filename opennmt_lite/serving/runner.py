@@ -1,9 +1,10 @@
 """Loading the served models and running the HTTP server until SIGTERM.
 
 Every model is loaded before the server listens: one that cannot be loaded stops it at start
-with one line naming its serve.models entry (exit status 2). SIGTERM (and a first Ctrl-C) stop
-the server gracefully: it stops accepting connections, answers every request it has received
-(within serve.request_timeout), logs the count, and returns (exit status 0).
+with one line naming its serve.models entry (exit status 2). SIGTERM stops the server
+gracefully: it stops accepting connections, answers every request it has received (within
+serve.request_timeout), logs the count, and returns (exit status 0). A first Ctrl-C does the
+same, then ends as every command ends on Ctrl-C (status 130).
 """
 
 import logging
