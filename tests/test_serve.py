@@ -388,3 +388,35 @@ def test_sigterm_under_load_answers_every_received_request_and_exits_0(exports, 
     received, replied = map(int, re.search(r"(\d+) translation requests received, (\d+) answered",
                                            text).groups())
     assert received == replied == len(answered)
+
+
+def test_request_timeout_answers_503_and_withdraws_the_sentences_under_its_url_root(exports, tmp_path):
+    serve_config = tmp_path / "serve.yml"
+    # (a batch waits 2 s to fill, a request only 0.3 s: a lone sentence times out)
+    serve_config.write_text(yaml.safe_dump({"serve": {
+        "url_root": "/api/v1", "batch_timeout_ms": 2000, "request_timeout": 0.3, "max_batch_size": 4,
+        "models": [{"id": 0, "backend": "ctranslate2", "path": str(exports / "ct2")}]}}))
+    port = free_port()
+    with open(tmp_path / "server.log", "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "run.py", "serve", "--config", str(CONFIG), str(serve_config),
+             "--port", str(port)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + START_TIMEOUT
+            while True:
+                assert process.poll() is None and time.monotonic() < deadline
+                try:
+                    if request(port, "GET", "/api/v1/health", timeout=2)[0] == 200:
+                        break
+                except OSError:
+                    time.sleep(0.5)
+            assert request(port, "GET", "/translator/health")[0] == 404
+            start = time.monotonic()
+            status, headers, data = request(port, "POST", "/api/v1/translate", [{"src": SENTENCES[0]}])
+            assert time.monotonic() - start < 1.5  # (answered at the timeout, not after the batch)
+            assert status == 503 and int(headers["retry-after"]) >= 1
+            assert "serve.request_timeout" in data["error"] and data["status"] == "error"
+            assert metric(port, 'opennmt_lite_serve_queue_depth{model="0"}') == 0  # (withdrawn)
+            assert metric(port, 'opennmt_lite_serve_requests_total{code="503",model="0"}') == 1
+        finally:
+            assert stop(process) == 0
