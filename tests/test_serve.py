@@ -117,13 +117,28 @@ def exports(tmp_path_factory):
     return directory
 
 
+MAXIMUM_LENGTH = 12  # (model 3: the same checkpoint, infer.maximum_features_length 12)
+
+
 @pytest.fixture(scope="module")
-def server(exports):
+def short_config(exports):
+    """CONFIG with infer.maximum_features_length 12, as one file (a served model's config)."""
+    user = yaml.safe_load(CONFIG.read_text())
+    user["model_dir"] = str(REPO / user["model_dir"])
+    user["infer"] = {"maximum_features_length": MAXIMUM_LENGTH}
+    path = exports / "short.yml"
+    path.write_text(yaml.safe_dump(user))
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(exports, short_config):
     serve_config = exports / "serve.yml"
     serve_config.write_text(yaml.safe_dump({"serve": dict(LIMITS, models=[
         {"id": 0, "backend": "checkpoint"},
         {"id": 1, "backend": "ctranslate2", "path": str(exports / "ct2")},
         {"id": 2, "backend": "saved_model", "path": str(exports / "saved_model")},
+        {"id": 3, "backend": "checkpoint", "config": str(short_config)},
     ])}))
     port = free_port()
     with open(exports / "server.log", "wb") as log:
@@ -222,6 +237,21 @@ def test_alignments_equal_infer_hard_alignments(server, exports, sources, tmp_pa
             assert answer["tgt"] == text and answer["align"] == [alignment]
 
 
+def test_a_sentence_longer_than_the_maximum_is_cut_as_infer_cuts_it(server, short_config, tmp_path):
+    long = " ".join(SENTENCES)
+    path = tmp_path / "long.en"
+    path.write_text(long + "\n" + SENTENCES[0] + "\n", encoding="utf-8")
+    output = tmp_path / "long.de"
+    assert run.main(["infer", "--config", str(short_config), "--features_file", str(path),
+                     "--predictions_file", str(output), "--with_scores"]) == 0
+    expected = [line.split(" ||| ") for line in output.read_text(encoding="utf-8").splitlines()]
+    answers = translate(server, [{"src": long, "id": 3}, {"src": SENTENCES[0], "id": 3}])[0]
+    for answer, (score, text) in zip(answers, expected):
+        assert answer["tgt"] == text and abs(answer["pred_score"] - float(score)) <= SCORE_TOLERANCE
+    # (cut: not what the whole sentence gives)
+    assert translate(server, [{"src": long, "id": 0}])[0][0]["tgt"] != answers[0]["tgt"]
+
+
 def test_default_model_whitespace_and_empty_source(server):
     answers = translate(server, [{"src": f"  {SENTENCES[0]}\t"}, {"src": "   "}])[0]
     alone = translate(server, [{"src": SENTENCES[0], "id": 0}])[0][0]
@@ -233,7 +263,8 @@ def test_models_health_and_metrics(server):
     status, _, models = request(server, "GET", "/translator/models")
     assert status == 200
     assert [(m["model_id"], m["backend"]) for m in models] == [
-        (0, "checkpoint"), (1, "ctranslate2"), (2, "saved_model")]
+        (0, "checkpoint"), (1, "ctranslate2"), (2, "saved_model"), (3, "checkpoint")]
+    assert models[3]["opt"]["max_source_length"] == MAXIMUM_LENGTH
     assert models[0]["opt"]["beam_size"] == 4 and models[0]["loaded"] is True
     assert request(server, "GET", "/translator/health")[2] == {"status": "ok"}
     before = metric(server, 'opennmt_lite_serve_sentences_total{model="1"}')
