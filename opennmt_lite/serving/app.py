@@ -178,6 +178,12 @@ class Server:
             self.metrics.answered(model_label, 499)
             self.answered += 1
             return Response(status_code=400)
+        except Exception as error:  # noqa: BLE001 (a failed batch: logged where it failed)
+            self.metrics.answered(model_label, 500)
+            self.answered += 1
+            lines = str(error).strip().splitlines() or [""]
+            return error_response(500, f"internal error: {type(error).__name__}: {lines[0][:200]} "
+                                  "(see the server's log)")
         body = _response(sentences, results, options.n_best, alignments)
         self.metrics.answered(model_label, 200, time.monotonic() - arrival)
         self.answered += 1
