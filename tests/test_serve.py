@@ -451,3 +451,44 @@ def test_request_timeout_answers_503_and_withdraws_the_sentences_under_its_url_r
             assert metric(port, 'opennmt_lite_serve_requests_total{code="503",model="0"}') == 1
         finally:
             assert stop(process) == 0
+
+
+# -- which sentences share a batch -------------------------------------------------------------
+
+def test_batches_take_the_oldest_sentences_with_the_same_options_within_both_limits():
+    import asyncio
+    import types
+
+    import numpy as np
+
+    from opennmt_lite.inference.decoding import DecodingOptions
+    from opennmt_lite.serving.backends import Source
+    from opennmt_lite.serving.batcher import Batcher, Job, Overloaded
+    from opennmt_lite.serving.metrics import Metrics
+
+    def sources(*lengths):
+        return [Source(["x"] * n, np.arange(n, dtype=np.int32), n) for n in lengths]
+
+    settings = types.SimpleNamespace(max_batch_size=3, max_batch_tokens=12, batch_timeout_ms=0,
+                                     queue_limit=8, batch_workers=1)
+    batcher = Batcher(types.SimpleNamespace(model_id=0), settings, Metrics())
+    loop = asyncio.new_event_loop()
+    try:
+        batcher._arrived = asyncio.Event()
+        four, one = DecodingOptions(beam_width=4, n_best=2), DecodingOptions(beam_width=1)
+        beam4, beam1 = Job(sources(2, 3), four, None, loop), Job(sources(2), one, None, loop)
+        long = Job(sources(5, 1), four, None, loop)
+        for job in (beam4, beam1, long):
+            batcher.submit(job)
+        # beam4's two sentences, then long's first would make 3 rows x 5 = 15 tokens > 12: left
+        assert [(job, i) for job, i in batcher._take()] == [(beam4, 0), (beam4, 1)]
+        assert [(job, i) for job, i in batcher._take()] == [(beam1, 0)]
+        assert [(job, i) for job, i in batcher._take()] == [(long, 0), (long, 1)]
+        assert batcher.depth == 0
+        with pytest.raises(Overloaded):
+            batcher.submit(Job(sources(*[1] * 9), four, None, loop))
+        empty = Job(sources(0, 0), four, None, loop)
+        batcher.submit(empty)  # (no token: answered at once, nothing queued)
+        assert empty.done.result() == [[("", 0.0)] * 2] * 2 and batcher.depth == 0  # (n_best 2)
+    finally:
+        loop.close()
