@@ -22,4 +22,4 @@ def add_arguments(parser):
 def run(args, config):
     from opennmt_lite.serving.runner import serve
 
-    serve(config, args.config, args.host, args.port)
+    serve(config, args.host, args.port)

@@ -19,19 +19,19 @@ logger = logging.getLogger("opennmt_lite")
 SWITCH_INTERVAL = 0.0005  # seconds
 
 
-def model_entries(config, config_path):
+def model_entries(config):
     """serve.models, or (none listed) this config's newest checkpoint as model 0."""
     if config.serve.models is None:
         return [{"id": 0, "config": None, "backend": "checkpoint", "path": None}]
     return [dict(entry) for entry in config.serve.models]
 
 
-def load_models(config, config_paths):
+def load_models(config):
     """{id: backends.Model}, in serve.models' order. An entry without `config` uses `config`."""
     from opennmt_lite.config import load_config
 
     models, loaded = {}, {}
-    for entry in model_entries(config, config_paths):
+    for entry in model_entries(config):
         entry_config = config
         if entry["config"]:
             if entry["config"] not in loaded:
@@ -45,7 +45,7 @@ def load_models(config, config_paths):
     return models
 
 
-def serve(config, config_paths, host=None, port=None):
+def serve(config, host=None, port=None):
     """Serves the models of `config` (a loaded Config) until SIGTERM; returns then."""
     import uvicorn
 
@@ -55,7 +55,7 @@ def serve(config, config_paths, host=None, port=None):
     sock = listening_socket(host, port)  # (first: a port in use costs no model loading)
     port = sock.getsockname()[1]
     try:
-        models = load_models(config, config_paths)
+        models = load_models(config)
     except BaseException:
         sock.close()
         raise
