@@ -492,3 +492,29 @@ def test_batches_take_the_oldest_sentences_with_the_same_options_within_both_lim
         assert empty.done.result() == [[("", 0.0)] * 2] * 2 and batcher.depth == 0  # (n_best 2)
     finally:
         loop.close()
+
+
+# -- the serve section -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("serve, message", [
+    ({"models": []}, "serve.models is an empty list"),
+    ({"models": ["model.bin"]}, "serve.models[0]: expected a mapping"),
+    ({"models": [{"backend": "checkpoint"}]}, "serve.models[0].id: must be set"),
+    ({"models": [{"id": -1}]}, "serve.models[0].id must be at least 0"),
+    ({"models": [{"id": 1}, {"id": 1}]}, "serve.models[1].id: 1 is already the id of serve.models[0]"),
+    ({"models": [{"id": 0, "backend": "onnx"}]}, "serve.models[0].backend: must be one of"),
+    ({"models": [{"id": 0, "backend": "ctranslate2"}]}, "serve.models[0].path: must name"),
+    ({"models": [{"id": 0, "pth": "x"}]}, "serve.models[0].pth: unknown key (did you mean path?)"),
+    ({"models": [{"id": 0, "config": 3}]}, "serve.models[0].config: expected a string"),
+    ({"port": 70000}, "serve.port must be at most 65535"),
+    ({"url_root": "translator/"}, "serve.url_root must be a path"),
+    ({"queue_limit": 0}, "serve.queue_limit must be at least 1"),
+    ({"batch_size": 8}, "serve.batch_size: unknown key"),
+])
+def test_the_serve_section_refuses_with_one_line_naming_the_key(serve, message):
+    from opennmt_lite.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError) as error:
+        build_config({"model_dir": "x", "model": {"num_layers": 1, "num_units": 8, "num_heads": 1,
+                                                  "ffn_inner_dim": 8}, "serve": serve})
+    assert message in str(error.value) and "\n" not in str(error.value)
