@@ -406,8 +406,10 @@ def test_sigterm_under_load_answers_every_received_request_and_exits_0(exports, 
         threads = [threading.Thread(target=client, args=(i,)) for i in range(16)]
         for thread in threads:
             thread.start()
-        while len(answered) < 20:
+        deadline = time.monotonic() + 120
+        while len(answered) < 20 and time.monotonic() < deadline and process.poll() is None:
             time.sleep(0.05)
+        assert len(answered) >= 20, "the clients got too few answers"
         stopping.set()
         process.send_signal(signal.SIGTERM)
         code = process.wait(120)
