@@ -10,7 +10,8 @@ command that translates the same way:
   (the config's params.beam_width and infer.n_best), so a request may only ask for those (n_best
   fewer).
 
-Every backend tokenizes with the model's config (`Model.prepare`: `encode_lines`, then a sentence
+Every backend tokenizes with the model's config (`Model.prepare`: its tokenizer and vocabulary, as
+`encode_lines` uses them for infer, then a sentence
 longer than infer.maximum_features_length is cut to its first pieces, as `infer` cuts it) and
 `translate(sources, options, alignments)` returns, per source, n_best (text, score[, alignment
 [target tokens, source]]) as `translate_file` does.
@@ -24,11 +25,12 @@ import threading
 import numpy as np
 
 from opennmt_lite import build
-from opennmt_lite.data.corpus import MonolingualCorpus, RaggedIds, encode_lines
+from opennmt_lite.data.corpus import MonolingualCorpus, RaggedIds
 from opennmt_lite.data.pipeline import pad_source_batch
 from opennmt_lite.errors import UserError
 
 logger = logging.getLogger("opennmt_lite")
+FEW_SENTENCES = 4  # (see `tokenized`)
 
 
 class ModelLoadError(UserError, RuntimeError):
@@ -67,6 +69,15 @@ class SentenceBatch:
             yield pad_source_batch(self.corpus, indices)
 
 
+def tokenized(tokenizer, texts):
+    """[pieces] of each text: the tokenizer's batch call, or for a few texts one call each
+    (SentencePiece's batch call starts a pool of threads, which costs more than a few texts)."""
+    texts = list(texts)
+    if len(texts) > FEW_SENTENCES:
+        return tokenizer.tokenize_batch(texts)
+    return [tokenizer.tokenize(text) for text in texts]
+
+
 class Model:
     """What every backend shares: the config, its assets and the options it decodes with."""
 
@@ -85,11 +96,10 @@ class Model:
 
     def prepare(self, sentences):
         """[Source] of raw sentences (the config's tokenizer and vocabulary, infer's cut)."""
-        ragged, tokens = encode_lines(list(sentences), self.assets.source_tokenizer,
-                                      self.assets.source_vocabulary)
+        vocabulary = self.assets.source_vocabulary
         sources = []
-        for index, pieces in enumerate(tokens):
-            ids, before = ragged[index], len(pieces)
+        for pieces in tokenized(self.assets.source_tokenizer, sentences):
+            ids, before = vocabulary.lookup(pieces), len(pieces)
             if self.maximum_length and before > self.maximum_length:
                 logger.warning("model %s: a sentence of %d tokens, more than "
                                "infer.maximum_features_length=%d: translating its first %d tokens",

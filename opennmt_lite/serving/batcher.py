@@ -178,9 +178,11 @@ class Batcher:
 
     def _run(self, sources, options, alignments):
         """(the batch's results, the target tokens of its best hypotheses), on a worker thread."""
+        from opennmt_lite.serving.backends import tokenized
+
         results = self.model.translate(sources, options, alignments)
-        tokenize = self.model.assets.target_tokenizer.tokenize_batch
-        return results, sum(map(len, tokenize([hypotheses[0][0] for hypotheses in results])))
+        best = [hypotheses[0][0] for hypotheses in results]
+        return results, sum(map(len, tokenized(self.model.assets.target_tokenizer, best)))
 
 
 def _empty_alignment():

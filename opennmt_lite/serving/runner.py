@@ -9,14 +9,12 @@ same, then ends as every command ends on Ctrl-C (status 130).
 
 import logging
 import signal
-import sys
 
 from opennmt_lite.serving.app import Server
 from opennmt_lite.serving.backends import load_model
 from opennmt_lite.serving.metrics import Metrics
 
 logger = logging.getLogger("opennmt_lite")
-SWITCH_INTERVAL = 0.0005  # seconds
 
 
 def model_entries(config):
@@ -70,10 +68,6 @@ def serve(config, host=None, port=None):
         limit_concurrency=settings.max_connections,
         timeout_keep_alive=5)
     http = uvicorn.Server(uvicorn_config)
-    # The event loop's thread calls C code that releases the GIL (SentencePiece tokenizes each
-    # request there); taking it back waits for the thread holding it to yield, by default after
-    # 5 ms. With translating threads busy, that wait dominated a request's time: a shorter one.
-    sys.setswitchinterval(SWITCH_INTERVAL)
     # uvicorn turns SIGTERM into a graceful stop, then raises it again for the handler that was
     # there before: a graceful stop is this command's success, so that handler does nothing.
     previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
