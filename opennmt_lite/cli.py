@@ -1,4 +1,4 @@
-"""opennmt-lite command line: build-vocab, train, infer, export, evaluate, inspect.
+"""opennmt-lite command line: build-vocab, train, infer, export, evaluate, inspect, serve.
 
 Each command is one module of `opennmt_lite/commands/` (see README.md). This module parses the
 arguments, loads the YAML config(s) (OpenNMT-tf's keys plus a `model` section) and dispatches.

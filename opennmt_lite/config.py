@@ -4,7 +4,7 @@
 type, fills the defaults (OpenNMT-tf's fallback values, then its Transformer `auto_config`, then
 the user's values, as OpenNMT-tf merges them), expands the model preset, resolves relative data
 paths, runs every cross-field check, and returns a frozen `Config` of typed sections: `model`,
-`data`, `params`, `train`, `eval`, `infer`, `score`.
+`data`, `params`, `train`, `eval`, `infer`, `score`, `serve`.
 
 This module is the only place that reads configuration by key, holds a default or validates a
 value. Each section is a frozen dataclass whose fields carry their YAML kind, choices and range
@@ -395,6 +395,41 @@ class ScoreConfig:
     prefetch_buffer_size: int = key("int")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
 
 
+SERVE_BACKENDS = ("checkpoint", "ctranslate2", "saved_model")
+# The keys of one `serve.models` entry (checked by _finalize_serve).
+SERVE_MODEL_KEYS = ("id", "config", "backend", "path")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeConfig:
+    """`run.py serve` (opennmt_lite/serving/): where it listens, how it batches, its bounds, and
+    the models it serves (`models`: a list of {id, config, backend, path}; none: this config's
+    newest checkpoint as model 0)."""
+
+    host: str = key("str", "127.0.0.1", nullable=False)
+    port: int = key("int", 5000, minimum=0, nullable=False)
+    url_root: str = key("str", "/translator", nullable=False)
+    # A batch: at most this many sentences and source tokens (rows x longest), gathered for at
+    # most batch_timeout_ms after its first sentence arrived (0: it leaves as soon as a worker is
+    # free; sentences still gather while every worker is busy).
+    max_batch_size: int = key("int", 32, minimum=1, nullable=False)
+    max_batch_tokens: int = key("int", None, minimum=1)
+    batch_timeout_ms: float = key("float", 0.0, minimum=0, nullable=False)
+    # Batches translated at once (null: every core for CTranslate2, 1 for TensorFlow).
+    batch_workers: int = key("int", None, minimum=1)
+    # Sentences waiting for a batch, per model: past it, 503 with Retry-After.
+    queue_limit: int = key("int", 1024, minimum=1, nullable=False)
+    max_request_sentences: int = key("int", 256, minimum=1, nullable=False)
+    max_sentence_characters: int = key("int", 10000, minimum=1, nullable=False)
+    max_request_bytes: int = key("int", 1048576, minimum=1, nullable=False)
+    request_timeout: float = key("float", 60.0, minimum=0.001, nullable=False)
+    max_beam_size: int = key("int", 16, minimum=1, nullable=False)
+    # Open connections (and requests under way): past it uvicorn answers 503 itself.
+    max_connections: int = key("int", 2048, minimum=1, nullable=False)
+    log_every: float = key("float", 60.0, minimum=0, nullable=False)  # seconds; 0: never
+    models: tuple = key("list")
+
+
 @dataclasses.dataclass(frozen=True)
 class Config:
     model_dir: str = key("path", REQUIRED, nullable=False)
@@ -406,6 +441,7 @@ class Config:
     eval: EvalConfig = section(EvalConfig)
     infer: InferConfig = section(InferConfig)
     score: ScoreConfig = section(ScoreConfig)
+    serve: ServeConfig = section(ServeConfig)
 
     def replace(self, **sections):
         """A copy with some sections (or fields) replaced: `config.replace(params=...)`."""
@@ -928,7 +964,55 @@ def _finalize(config, source):
                 raise ConfigError(f"{source}: data.{side}.path must name the embedding file")
             embedding["path"] = _resolve_path(embedding["path"], model_dir)
     _resolve_controls(data)
+    _finalize_serve(config["serve"], source)
     return config
+
+
+def _finalize_serve(serve, source):
+    """The cross-field checks of the `serve` section and the entries of `serve.models`."""
+    if serve["port"] > 65535:
+        raise ConfigError(f"{source}: serve.port must be at most 65535, got {serve['port']}")
+    root = serve["url_root"]
+    if not root.startswith("/") or root.endswith("/") and root != "/" or any(
+            c.isspace() or c in "?#%" for c in root):
+        raise ConfigError(f"{source}: serve.url_root must be a path such as /translator (a leading "
+                          f"/, no trailing /, no spaces, ?, # or %), got {root[:80]!r}")
+    if root == "/":
+        serve["url_root"] = ""
+    models = serve["models"]
+    if models is None:
+        return
+    if not models:
+        raise ConfigError(f"{source}: serve.models is an empty list: list the models to serve, or "
+                          "remove it to serve this config's newest checkpoint")
+    seen = {}
+    for index, entry in enumerate(models):
+        where = f"{source}: serve.models[{index}]"
+        if not isinstance(entry, dict):
+            raise ConfigError(f"{where}: expected a mapping with keys {', '.join(SERVE_MODEL_KEYS)}, "
+                              f"got {str(entry)[:60]!r}")
+        for name in entry:
+            if name not in SERVE_MODEL_KEYS:
+                close = difflib.get_close_matches(str(name), SERVE_MODEL_KEYS, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise ConfigError(f"{where}.{str(name)[:60]}: unknown key{hint}")
+        entry = models[index] = {"id": entry.get("id"), "config": entry.get("config"),
+                                 "backend": entry.get("backend", "checkpoint"), "path": entry.get("path")}
+        model_id = entry["id"]
+        if model_id is None:
+            raise ConfigError(f"{where}.id: must be set (the integer a request names in its \"id\")")
+        _check(model_id, Key("int", minimum=0), f"{where}.id")
+        if model_id in seen:
+            raise ConfigError(f"{where}.id: {model_id} is already the id of serve.models[{seen[model_id]}]")
+        seen[model_id] = index
+        _check(entry["backend"], Key("str", choices=SERVE_BACKENDS, nullable=False), f"{where}.backend")
+        for name in ("config", "path"):
+            _check(entry[name], Key("path"), f"{where}.{name}")
+            if entry[name] is not None and (not entry[name] or "\x00" in entry[name]):
+                raise ConfigError(f"{where}.{name}: expected a path, got {entry[name][:60]!r}")
+        if entry["backend"] != "checkpoint" and entry["path"] is None:
+            raise ConfigError(f"{where}.path: must name the exported model directory of backend "
+                              f"{entry['backend']} (run.py export)")
 
 
 def _files(value):

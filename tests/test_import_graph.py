@@ -22,6 +22,7 @@ FLOORS = (
     ("training", ("opennmt_lite.training",)),
     ("inference/export", ("opennmt_lite.inference", "opennmt_lite.export", "opennmt_lite.inspection")),
     ("build", ("opennmt_lite.build",)),
+    ("serving", ("opennmt_lite.serving",)),
     ("commands", ("opennmt_lite.commands",)),
     ("command line", ("opennmt_lite.cli", "opennmt_lite.__main__", "opennmt_lite.onmt", "run")),
 )

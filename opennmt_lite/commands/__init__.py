@@ -16,6 +16,7 @@ COMMANDS = {
     "average_checkpoints": "average_checkpoints",
     "update_vocab": "update_vocab",
     "inspect": "inspect",
+    "serve": "serve",
 }
 
 

@@ -31,7 +31,8 @@ logger = logging.getLogger("opennmt_lite")
 MEMORY_ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
 
 
-def translate_file(model, assets, inference_input, options, progress=True, alignments=None):
+def translate_file(model, assets, inference_input, options, progress=True, alignments=None,
+                   decode=None):
     """-> list (file order) of lists (n_best) of (detokenized text, log_prob), or with
     `alignments` ("hard" or "soft") of (text, log_prob, alignment [target tokens, source]).
 
@@ -39,10 +40,12 @@ def translate_file(model, assets, inference_input, options, progress=True, align
     A batch that does not fit in memory is translated line by line; a line that does not fit
     alone gets empty hypotheses with a -inf score and an error naming it, and the rest of the
     file is translated (as OpenNMT-tf translates every line, a file is never lost to one line).
+    `decode`: `decoding_function(model, options, alignments)`, made once by a caller that
+    translates many inputs (the server), so that it is traced once.
     """
     data = inference_input
     replace_unknown = options.replace_unknown_target
-    decode = translation_function(model, options, return_attention=bool(alignments or replace_unknown))
+    decode = decode or decoding_function(model, options, alignments)
     vocabulary = assets.target_vocabulary
     noise = options.token_noise()
     results = [None] * len(data.corpus)
@@ -79,6 +82,12 @@ def translate_file(model, assets, inference_input, options, progress=True, align
         logger.error("%d line(s) of %d could not be translated (lower infer.maximum_features_length "
                      "or infer.batch_size)", len(failed), len(results))
     return results
+
+
+def decoding_function(model, options, alignments=None):
+    """The tf.function `translate_file` decodes with for `options` and `alignments`."""
+    needs_attention = bool(alignments or options.replace_unknown_target)
+    return translation_function(model, options, return_attention=needs_attention)
 
 
 def _decode_batch(decode, batch, failed):
