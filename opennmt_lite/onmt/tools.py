@@ -15,6 +15,7 @@ import math
 import os
 import sys
 
+from opennmt_lite.config import integer_option  # (plain Python: no TensorFlow)
 from opennmt_lite.errors import ArgumentError, UserError
 
 # OpenNMT-tf's special tokens, in its vocabulary files' order (opennmt.constants).
@@ -24,9 +25,17 @@ SENTENCEPIECE_SPECIALS = ("<unk>", "<s>", "</s>")
 NUM_OOV_BUCKETS = 1  # the <unk> id added after the last line at training time
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad command line is one line, `error: ...` (then exit 2), as every
+    other user error of these commands."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")
+
+
 def _parser(prog, description):
-    return argparse.ArgumentParser(prog=prog, description=description,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return _Parser(prog=prog, description=description,
+                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
 def _run(parser, action, argv, tensorflow=True):
@@ -186,10 +195,11 @@ def build_vocab(argv=None):
                         ".vocab (piece<TAB>score)")
     parser.add_argument("--save_vocab", required=True, help="output vocabulary file (with "
                         "--sentencepiece: the prefix of <prefix>.model and <prefix>.vocab)")
-    parser.add_argument("--min_frequency", type=int, default=1, help="minimum token frequency")
-    parser.add_argument("--size", type=int, default=0,
+    parser.add_argument("--min_frequency", type=integer_option(0), default=1,
+                        help="minimum token frequency")
+    parser.add_argument("--size", type=integer_option(0), default=0,
                         help="maximum vocabulary size, special tokens included (0: no limit)")
-    parser.add_argument("--size_multiple", type=int, default=1,
+    parser.add_argument("--size_multiple", type=integer_option(1), default=1,
                         help="pad with filler tokens until the size + 1 (the <unk> id added at "
                         "training time) is a multiple of this")
     parser.add_argument("--without_sequence_tokens", action="store_true",
@@ -202,8 +212,6 @@ def build_vocab(argv=None):
                         "training options as key=value (e.g. character_coverage=0.98)")
 
     def action(args):
-        if args.size_multiple < 1:
-            raise ArgumentError(f"--size_multiple: must be at least 1, got {args.size_multiple}")
         specials = [PADDING_TOKEN] + ([] if args.without_sequence_tokens else [START_TOKEN, END_TOKEN])
         if args.sentencepiece is not None:
             tokens = _sentencepiece_vocabulary(args, specials)
