@@ -416,16 +416,21 @@ def configure(args):
 def _write_description(args, model_dir):
     if not (args.model or args.model_type):
         return
-    import shutil
+    from opennmt_lite.files import atomic_write
+    from opennmt_lite.outputs import writing
 
-    os.makedirs(model_dir, exist_ok=True)
     path = os.path.join(model_dir, DESCRIPTION)
     if args.model:
-        if os.path.abspath(args.model) != os.path.abspath(path):
-            shutil.copyfile(args.model, path)
+        if os.path.abspath(args.model) == os.path.abspath(path):
+            return
+        with open(args.model, "rb") as stream:
+            content = stream.read()
     else:
-        with open(path, "w", encoding="utf-8") as stream:
-            stream.write(CATALOG_DESCRIPTION.format(args.model_type))
+        content = CATALOG_DESCRIPTION.format(args.model_type).encode("utf-8")
+    with writing(f"model_dir {model_dir}"):  # (a copy replaced whole, as every file written)
+        os.makedirs(model_dir, exist_ok=True)
+        with atomic_write(path, "wb") as stream:
+            stream.write(content)
 
 
 def checkpoint_argument(path):

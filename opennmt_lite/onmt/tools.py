@@ -56,8 +56,10 @@ def _run(parser, action, argv, tensorflow=True):
         except BrokenPipeError:  # the reader (e.g. `head`) is gone: not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError as error:  # an input or output file the user named
+            from opennmt_lite.outputs import describe
+
             where = f"{error.filename}: " if error.filename else ""
-            raise FileAccessError(f"{where}{error.strerror or error}") from None
+            raise FileAccessError(f"{where}{describe(error)}") from None
 
     return guarded(run_action, parser.prog)
 
@@ -88,8 +90,27 @@ def _stdin_lines():
 
 
 def _print_line(text):
-    sys.stdout.buffer.write(text.encode("utf-8") + b"\n")
-    sys.stdout.flush()
+    _write_out(text.encode("utf-8") + b"\n")
+
+
+def _write_out(data):
+    """Writes `data` to standard output at once; a failed write (a full disk under `> file`)
+    names the file it is redirected to."""
+    from opennmt_lite.outputs import standard_output_name
+
+    try:
+        sys.stdout.flush()  # (text printed before, in order)
+        out, remaining = sys.stdout.buffer, memoryview(data)
+        while remaining:  # (unbuffered, under PYTHONUNBUFFERED: a partial write returns a count)
+            written = out.write(remaining)
+            remaining = remaining[written or 0:]
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        if error.filename is not None or not error.errno:
+            raise
+        raise OSError(error.errno, error.strerror, standard_output_name()) from None
 
 
 def _strip(tokenizer):
@@ -176,7 +197,7 @@ def merge_config(argv=None):
                                     f"{type(content).__name__}")
             merged = merge(merged, content)
         # As OpenNMT-tf prints it: yaml.dump's keys sorted, block style, and print's own newline.
-        print(yaml.dump(merged, default_flow_style=False))
+        _write_out((yaml.dump(merged, default_flow_style=False) + "\n").encode("utf-8"))
 
     return _run(parser, action, argv, tensorflow=False)
 
@@ -212,15 +233,24 @@ def build_vocab(argv=None):
                         "training options as key=value (e.g. character_coverage=0.98)")
 
     def action(args):
+        from opennmt_lite.files import Staging
+        from opennmt_lite.outputs import check_file, writing
+
         specials = [PADDING_TOKEN] + ([] if args.without_sequence_tokens else [START_TOKEN, END_TOKEN])
-        if args.sentencepiece is not None:
-            tokens = _sentencepiece_vocabulary(args, specials)
-            path = args.save_vocab + ".vocab"
-        else:
-            tokens = _word_vocabulary(args, specials)
-            path = args.save_vocab
-        with open(path, "w", encoding="utf-8", newline="\n") as stream:
-            stream.writelines(token + "\n" for token in tokens)
+        sentencepiece = args.sentencepiece is not None
+        path = args.save_vocab + ".vocab" if sentencepiece else args.save_vocab
+        check_file(path, "--save_vocab")  # (before any work: a mistake costs nothing)
+        if sentencepiece:
+            check_file(args.save_vocab + ".model", "--save_vocab")
+        # Written under temporary names, renamed when whole (the model and its vocabulary
+        # together): a failed write leaves the previous files as they were.
+        with writing(f"--save_vocab {args.save_vocab}"), Staging() as staging:
+            if sentencepiece:
+                tokens = _sentencepiece_vocabulary(args, specials, staging)
+            else:
+                tokens = _word_vocabulary(args, specials)
+            with staging.open(path, "w", encoding="utf-8", newline="\n") as stream:
+                stream.writelines(token + "\n" for token in tokens)
 
     return _run(parser, action, argv)
 
@@ -286,14 +316,16 @@ def _pad_to_multiple(tokens, multiple):
     return tokens
 
 
-def _sentencepiece_vocabulary(args, specials):
-    """Trains `<save_vocab>.model` with the OpenNMT Tokenizer's SentencePiece learner (as
+def _sentencepiece_vocabulary(args, specials, staging):
+    """Trains `<save_vocab>.model` (staged in `staging`, an opennmt_lite.files.Staging) with the OpenNMT Tokenizer's SentencePiece learner (as
     OpenNMT-tf does, `keep_vocab`: the size is the model's) and returns the vocabulary lines:
     the model's pieces without its special ones, or, with an OpenNMTTokenizer pre-tokenization,
     the `size` most frequent tokens of the data tokenized with the model."""
+    import tempfile
+
     import pyonmttok
 
-    from opennmt_lite.data.tokenizers import OpenNMTTokenizer
+    from opennmt_lite.data.tokenizers import OpenNMTTokenizer, check_trained_model
     from opennmt_lite.data.vocab_builder import count_tokens
 
     if args.min_frequency > 1:
@@ -319,23 +351,33 @@ def _sentencepiece_vocabulary(args, specials):
     for path in args.data:
         if not os.path.isfile(path):
             raise ArgumentError(f"data file not found: {path}")
-    try:
-        learner = pyonmttok.SentencePieceLearner(
-            tokenizer=tokenizer.tokenizer if tokenizer is not None else None,
-            keep_vocab=True, vocab_size=size, **options)
-        for path in args.data:
-            learner.ingest_file(path)
-        learner.learn(args.save_vocab, verbose=False)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise ArgumentError(f"--sentencepiece: SentencePiece training failed: "
-                            f"{str(error).splitlines()[0]}") from None
-    if tokenizer is None:
-        pieces = _saved_vocabulary(args.save_vocab + ".vocab", "sentencepiece")
-        frequencies = dict.fromkeys(specials, math.inf)
-        for piece in pieces:
-            frequencies.setdefault(piece, 1)
-        return list(frequencies)
-    with_model = OpenNMTTokenizer({**tokenizer.options, "sp_model_path": args.save_vocab + ".model"},
+    # SentencePiece writes <prefix>.model and <prefix>.vocab itself: into a new directory beside
+    # them, checked whole, then the model staged for its rename (the vocabulary is ours).
+    directory = os.path.dirname(os.path.abspath(args.save_vocab))
+    with tempfile.TemporaryDirectory(prefix=f".{os.path.basename(args.save_vocab)}-",
+                                     dir=directory) as training:
+        prefix = os.path.join(training, os.path.basename(args.save_vocab))
+        try:
+            learner = pyonmttok.SentencePieceLearner(
+                tokenizer=tokenizer.tokenizer if tokenizer is not None else None,
+                keep_vocab=True, vocab_size=size, **options)
+            for path in args.data:
+                learner.ingest_file(path)
+            learner.learn(prefix, verbose=False)
+        except (TypeError, ValueError, RuntimeError) as error:
+            if not os.path.isfile(prefix + ".model"):  # (else a write cut short: checked below)
+                raise ArgumentError(f"--sentencepiece: SentencePiece training failed: "
+                                    f"{str(error).splitlines()[0]}") from None
+        model = staging.path(args.save_vocab + ".model")
+        os.replace(prefix + ".model", model)
+        check_trained_model(model, prefix + ".vocab", args.save_vocab)
+        if tokenizer is None:
+            pieces = _saved_vocabulary(prefix + ".vocab", "sentencepiece")
+            frequencies = dict.fromkeys(specials, math.inf)
+            for piece in pieces:
+                frequencies.setdefault(piece, 1)
+            return list(frequencies)
+    with_model = OpenNMTTokenizer({**tokenizer.options, "sp_model_path": model},
                                   name="--tokenizer_config")
     frequencies = dict.fromkeys(specials, math.inf)
     for token, count in count_tokens(args.data, tokenizer=with_model).items():
