@@ -632,6 +632,7 @@ def integer_option(minimum=None, key_path=None):
             raise argparse.ArgumentTypeError(str(error).strip()) from None
 
     parse.__name__ = "integer"
+    parse.minimum, parse.maximum = checked.minimum, LARGEST_INT  # (read by the hostile battery)
     return parse
 
 

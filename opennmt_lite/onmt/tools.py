@@ -133,11 +133,15 @@ def _stream_parser(prog, description, delimiter_help):
     return parser
 
 
+def tokenize_text_parser():
+    return _stream_parser("onmt-tokenize-text", "Tokenizes standard input, one sentence a line.",
+                          "token delimiter for text serialization")
+
+
 def tokenize_text(argv=None):
     """`onmt-tokenize-text`: standard input, one sentence per line, to its tokens joined by
     --delimiter on standard output."""
-    parser = _stream_parser("onmt-tokenize-text", "Tokenizes standard input, one sentence a line.",
-                            "token delimiter for text serialization")
+    parser = tokenize_text_parser()
 
     def action(args):
         tokenizer = _tokenizer(args.tokenizer_config)
@@ -148,11 +152,15 @@ def tokenize_text(argv=None):
     return _run(parser, action, argv)
 
 
+def detokenize_text_parser():
+    return _stream_parser("onmt-detokenize-text", "Detokenizes standard input, one sentence a line.",
+                          "token delimiter used in text serialization")
+
+
 def detokenize_text(argv=None):
     """`onmt-detokenize-text`: standard input, tokens joined by --delimiter, to detokenized text
     on standard output."""
-    parser = _stream_parser("onmt-detokenize-text", "Detokenizes standard input, one sentence a line.",
-                            "token delimiter used in text serialization")
+    parser = detokenize_text_parser()
 
     def action(args):
         if not args.delimiter:
@@ -167,11 +175,16 @@ def detokenize_text(argv=None):
 
 # --- onmt-merge-config ----------------------------------------------------------------------
 
+def merge_config_parser():
+    parser = _parser("onmt-merge-config", "Merges configuration files, left to right, and prints the result.")
+    parser.add_argument("config", nargs="+", help="configuration files")
+    return parser
+
+
 def merge_config(argv=None):
     """`onmt-merge-config`: the YAML configuration files merged left to right (mappings merged
     key by key, `optimizer_params` and `decay_params` replaced whole), printed as YAML."""
-    parser = _parser("onmt-merge-config", "Merges configuration files, left to right, and prints the result.")
-    parser.add_argument("config", nargs="+", help="configuration files")
+    parser = merge_config_parser()
 
     def action(args):
         import yaml
@@ -204,9 +217,7 @@ def merge_config(argv=None):
 
 # --- onmt-build-vocab -----------------------------------------------------------------------
 
-def build_vocab(argv=None):
-    """`onmt-build-vocab`: a word vocabulary counted from data files (or built on a saved one), or
-    a SentencePiece model and its vocabulary (--sentencepiece), as OpenNMT-tf 2.32 writes them."""
+def build_vocab_parser():
     parser = _parser("onmt-build-vocab", "Builds a word vocabulary, or a SentencePiece model and its vocabulary.")
     parser.add_argument("data", nargs="*", help="data files")
     parser.add_argument("--from_vocab", default=None,
@@ -231,6 +242,13 @@ def build_vocab(argv=None):
     parser.add_argument("--sentencepiece", nargs="*", default=None,
                         help="train a SentencePiece model and its vocabulary; takes SentencePiece "
                         "training options as key=value (e.g. character_coverage=0.98)")
+    return parser
+
+
+def build_vocab(argv=None):
+    """`onmt-build-vocab`: a word vocabulary counted from data files (or built on a saved one), or
+    a SentencePiece model and its vocabulary (--sentencepiece), as OpenNMT-tf 2.32 writes them."""
+    parser = build_vocab_parser()
 
     def action(args):
         from opennmt_lite.files import Staging
@@ -250,7 +268,7 @@ def build_vocab(argv=None):
             else:
                 tokens = _word_vocabulary(args, specials)
             with staging.open(path, "w", encoding="utf-8", newline="\n") as stream:
-                stream.writelines(token + "\n" for token in tokens)
+                stream.write("".join(token + "\n" for token in tokens))
 
     return _run(parser, action, argv)
 
@@ -369,7 +387,10 @@ def _sentencepiece_vocabulary(args, specials, staging):
                 raise ArgumentError(f"--sentencepiece: SentencePiece training failed: "
                                     f"{str(error).splitlines()[0]}") from None
         model = staging.path(args.save_vocab + ".model")
-        os.replace(prefix + ".model", model)
+        try:
+            os.replace(prefix + ".model", model)
+        except OSError as error:  # (named by the file it was to become)
+            raise OSError(error.errno, error.strerror, args.save_vocab + ".model") from None
         check_trained_model(model, prefix + ".vocab", args.save_vocab)
         if tokenizer is None:
             pieces = _saved_vocabulary(prefix + ".vocab", "sentencepiece")
@@ -383,3 +404,8 @@ def _sentencepiece_vocabulary(args, specials, staging):
     for token, count in count_tokens(args.data, tokenizer=with_model).items():
         frequencies[token] = frequencies.get(token, 0) + count
     return _prune(frequencies, size=size)
+
+
+# Each command's parser, by its name (tests/test_hostile_battery.py draws its cases from them).
+PARSERS = {"onmt-build-vocab": build_vocab_parser, "onmt-tokenize-text": tokenize_text_parser,
+           "onmt-detokenize-text": detokenize_text_parser, "onmt-merge-config": merge_config_parser}
