@@ -541,7 +541,8 @@ def limited(project, tmp_path_factory):
     vocab_dir = onmt_dir / "vocab"  # (only the files onmt-build-vocab writes)
     vocab_dir.mkdir()
     sample = onmt_dir / "sample.en"
-    sample.write_text("".join(open(os.path.join(REPO, "data", "valid.en"), encoding="utf-8").readlines()[:200]))
+    with open(os.path.join(REPO, "data", "valid.en"), encoding="utf-8") as stream:
+        sample.write_text("".join(stream.readlines()[:200]))
     words = ["--save_vocab", str(vocab_dir / "words.txt"), str(sample)]
     pieces = ["--sentencepiece", "--size", "100", "--save_vocab", str(vocab_dir / "sp"), str(sample)]
     from opennmt_lite.onmt import tools

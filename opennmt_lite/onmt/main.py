@@ -118,7 +118,8 @@ def build_parser():
                         "to load (default: the latest of model_dir)")
     parser.add_argument("--log_level", default="INFO",
                         choices=["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"])
-    parser.add_argument("--seed", type=integer_option(key_path="train.seed"), default=None, help="random seed (train.seed)")
+    parser.add_argument("--seed", type=integer_option(key_path="train.seed"), default=None,
+                        help="random seed (train.seed)")
     parser.add_argument("--gpu_allow_growth", default=False, action="store_true",
                         help="allocate GPU memory dynamically")
     parser.add_argument("--intra_op_parallelism_threads", type=integer_option(0), default=0,
@@ -143,7 +144,8 @@ def build_parser():
     p = run_type("train", "Training.")
     p.add_argument("--with_eval", default=False, action="store_true",
                    help="evaluate every eval.steps (without it: no evaluation)")
-    p.add_argument("--num_gpus", type=integer_option(key_path="train.num_devices"), default=1, help="devices to train on (train.num_devices)")
+    p.add_argument("--num_gpus", type=integer_option(key_path="train.num_devices"), default=1,
+                   help="devices to train on (train.num_devices)")
     p.add_argument("--horovod", default=False, action="store_true", help="refused")
     p.add_argument("--continue_from_checkpoint", default=False, action="store_true", help="refused")
     p = run_type("eval", "Evaluation.")

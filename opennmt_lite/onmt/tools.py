@@ -335,10 +335,11 @@ def _pad_to_multiple(tokens, multiple):
 
 
 def _sentencepiece_vocabulary(args, specials, staging):
-    """Trains `<save_vocab>.model` (staged in `staging`, an opennmt_lite.files.Staging) with the OpenNMT Tokenizer's SentencePiece learner (as
-    OpenNMT-tf does, `keep_vocab`: the size is the model's) and returns the vocabulary lines:
-    the model's pieces without its special ones, or, with an OpenNMTTokenizer pre-tokenization,
-    the `size` most frequent tokens of the data tokenized with the model."""
+    """Trains `<save_vocab>.model` (staged in `staging`, an opennmt_lite.files.Staging) with the
+    OpenNMT Tokenizer's SentencePiece learner (as OpenNMT-tf does, `keep_vocab`: the size is
+    the model's) and returns the vocabulary lines: the model's pieces without its special ones,
+    or, with an OpenNMTTokenizer pre-tokenization, the `size` most frequent tokens of the data
+    tokenized with the model."""
     import tempfile
 
     import pyonmttok
