@@ -260,13 +260,13 @@ def build_vocab(argv=None):
         check_file(path, "--save_vocab")  # (before any work: a mistake costs nothing)
         if sentencepiece:
             check_file(args.save_vocab + ".model", "--save_vocab")
+        # (the data read first: an unreadable file is not a failed write)
+        tokens = None if sentencepiece else _word_vocabulary(args, specials)
         # Written under temporary names, renamed when whole (the model and its vocabulary
         # together): a failed write leaves the previous files as they were.
         with writing(f"--save_vocab {args.save_vocab}"), Staging() as staging:
             if sentencepiece:
                 tokens = _sentencepiece_vocabulary(args, specials, staging)
-            else:
-                tokens = _word_vocabulary(args, specials)
             with staging.open(path, "w", encoding="utf-8", newline="\n") as stream:
                 stream.write("".join(token + "\n" for token in tokens))
 
