@@ -5,8 +5,12 @@ a file. Each must end in exit status 0, or 2 with one `error:` line naming the k
 file: never a traceback, never a hang (a case running past its time limit fails).
 
 The cases are generated from `opennmt_lite.config.SCHEMA` and from the commands' own argparse
-declarations (`opennmt_lite.commands.<command>.add_arguments`), with a fixed seed; a test checks
-that every key and every option got cases. Config cases go through the config loader, option
+declarations (`opennmt_lite.commands.<command>.add_arguments`; OpenNMT-tf's `onmt-main` and its
+run types, and `opennmt_lite.onmt.tools.PARSERS`), with a fixed seed; a test checks that every
+key and every option got cases. Every seed, size and count also gets the values just outside its
+range (below the lower bound its key or `config.integer_option` declares, past LARGEST_INT),
+which must be refused: an int key without a range (not in UNBOUNDED_INT_KEYS) or a number
+option without `integer_option` fails the coverage checks. Config cases go through the config loader, option
 cases through `run.main(argv)`, in this process. Cases the parser accepts run the command for
 real on a tiny trained model, one per option here (`CASES_PER_OPTION`); bench/hostile_battery.py
 runs them all, with more random values.
