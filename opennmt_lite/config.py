@@ -38,6 +38,16 @@ class ConfigError(UserError, ValueError):
 
 REQUIRED = object()
 LARGEST_INT = 2**31 - 1  # the largest integer a config value or command-line number may be
+# The int keys that take any integer (the coverage test of tests/test_hostile_battery.py checks
+# that every other one declares its lower bound), and why.
+UNBOUNDED_INT_KEYS = {
+    "train.sample_buffer_size": "0 or below shuffles the whole data (OpenNMT-tf's -1)",
+    "train.prefetch_buffer_size": "accepted without effect (INEFFECTIVE_ONMT_KEYS)",
+    "train.num_threads": "accepted without effect (INEFFECTIVE_ONMT_KEYS)",
+    "eval.prefetch_buffer_size": "accepted without effect (INEFFECTIVE_ONMT_KEYS)",
+    "infer.prefetch_buffer_size": "accepted without effect (INEFFECTIVE_ONMT_KEYS)",
+    "score.prefetch_buffer_size": "accepted without effect (INEFFECTIVE_ONMT_KEYS)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +239,9 @@ class ParamsConfig:
     average_loss_in_time: bool = key("bool")
     beam_width: int = key("int", 1, minimum=1, nullable=False)
     length_penalty: float = key("float", 0.0, nullable=False)
-    coverage_penalty: float = key("float", 0.0, nullable=False)
+    # Beam search's β (Wu et al., 2016): log(min(attention, 1)) is at most 0, so a negative β would
+    # reward hypotheses that ignore the source; refused, like the other weights of this kind.
+    coverage_penalty: float = key("float", 0.0, minimum=0, nullable=False)
     # 1: no sampling (the best tokens); 0: sample from the whole distribution; K: from the K best.
     sampling_topk: int = key("int", 1, minimum=0, nullable=False)
     sampling_temperature: float = key("float", 1.0, nullable=False)
@@ -306,7 +318,9 @@ class TrainConfig:
     xla_shapes: int = key("int", 16, minimum=1)
     # None: chosen for the CPU at start-up (opennmt_lite.cpu.default_sub_batches).
     sub_batches: int = key("int", None, minimum=1)
-    seed: int = key("int", 1234)
+    # Seeds Python, NumPy and Keras (keras.utils.set_random_seed takes 0 to 2**32 - 1), the data
+    # order, sampling and SentencePiece training.
+    seed: int = key("int", 1234, minimum=0)
     num_devices: int = key("int", 1, minimum=1)
     single_pass: bool = key("bool", False)
     # Accepted, without effect (INEFFECTIVE_ONMT_KEYS):
@@ -343,7 +357,7 @@ EXPORT_FORMATS = ("saved_model", "checkpoint", "ctranslate2", "ctranslate2_int8"
 class EarlyStopping:
     metric: str = key("str", "loss")
     min_improvement: float = key("float", 0.0, minimum=0)
-    steps: int = key("int")
+    steps: int = key("int", minimum=1)
 
     @property
     def higher_is_better(self):
@@ -624,6 +638,38 @@ def _check(value, leaf, where):
         # (where = "file: section.key": the message reads "file: section.key must be ...")
         raise ConfigError(f"{where} must be at least {leaf.minimum}, got {value}")
     return value
+
+
+def leaf(dotted):
+    """The schema leaf (`Key`) of a dotted key path such as "train.seed"."""
+    node = SCHEMA
+    for name in dotted.split("."):
+        node = node[name]
+    return node
+
+
+def integer_option(minimum=None, key_path=None):
+    """An argparse type: a command-line integer checked here, as config values are, against the
+    leaf of the key it sets (`key_path`, e.g. "train.seed" for --seed) or at least `minimum`; at
+    most LARGEST_INT either way (none reaches a library that raises, none is silently replaced).
+    argparse prints a refusal as one line naming the option."""
+    import argparse
+
+    checked = leaf(key_path) if key_path else Key("int", minimum=minimum, nullable=False)
+
+    def parse(text):
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        try:
+            return _check(value, dataclasses.replace(checked, nullable=False), "")
+        except ConfigError as error:  # ("<where> must be at least ...": the option is named by argparse)
+            raise argparse.ArgumentTypeError(str(error).strip()) from None
+
+    parse.__name__ = "integer"
+    parse.minimum, parse.maximum = checked.minimum, LARGEST_INT  # (read by the hostile battery)
+    return parse
 
 
 # OpenNMT-tf 2.32 keys opennmt-lite does not support: refused with the reason (an unknown key

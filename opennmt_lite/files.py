@@ -60,6 +60,18 @@ class Staging:
         self._pairs.append((temporary, final, last))
         return temporary
 
+    @contextlib.contextmanager
+    def open(self, final, mode="w", **open_options):
+        """`open()` of the temporary file of `final` (staged as by `path`); a failed write or
+        close, which names no file, names `final`."""
+        try:
+            with open(self.path(final), mode, **open_options) as stream:
+                yield stream
+        except OSError as error:
+            if error.filename is not None or not error.errno:
+                raise
+            raise OSError(error.errno, error.strerror, os.fspath(final)) from None
+
     def commit(self):
         """Syncs every temporary file, then renames them onto their real names. If a rename
         fails (a read-only or full file system), the files already renamed are put back as
@@ -126,15 +138,8 @@ def atomic_write(path, mode="w", suffix=PARTIAL, **open_options):
     """`open(path, mode)` for writing, except that `path` is replaced only when the block ends
     without an exception (before that, an existing file at `path` stays as it was). The data go
     to `path + suffix` first."""
-    with Staging(suffix) as staging:
-        try:
-            with open(staging.path(path), mode, **open_options) as stream:
-                yield stream
-        except OSError as error:
-            if error.filename is not None or not error.errno:
-                raise
-            # (a failed write or close names no file: say which)
-            raise OSError(error.errno, error.strerror, os.fspath(path)) from None
+    with Staging(suffix) as staging, staging.open(path, mode, **open_options) as stream:
+        yield stream
 
 
 def write_lines(lines, path=None):

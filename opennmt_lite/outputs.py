@@ -17,6 +17,9 @@ existing directory (a mistyped path is reported, not turned into a tree of new d
 Whether a directory can be written is found by writing (and removing) a small file in it:
 permission bits do not stop root, and a read-only file system is only seen by trying.
 
+`standard_output_name()`: how a failed write to standard output names it (and the file it is
+redirected to).
+
 `writing(what)` turns an OSError met while writing (no space left, file too large, read-only
 file system, permission denied) into an OutputError: one line naming the file and the error.
 Every refusal and failure is an OutputError (a user error: `error: <message>`, exit status 2).
@@ -151,6 +154,18 @@ def writing(what, also=()):
         where = getattr(error, "filename", None)
         where = f" {where}" if where else ""
         raise OutputError(f"{what}: cannot write{where}: {describe(error)}") from None
+
+
+def standard_output_name():
+    """How an error names standard output: "standard output", with the file it is redirected to
+    when it is one (`command > file`; found in /proc, where there is one)."""
+    import sys
+
+    try:
+        target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+    except (OSError, ValueError, AttributeError):  # (no /proc, or a stdout without a descriptor)
+        return "standard output"
+    return f"standard output ({target})" if os.path.isfile(target) else "standard output"
 
 
 @contextlib.contextmanager

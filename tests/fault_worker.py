@@ -10,7 +10,8 @@ it can be raised again), and the jobs share one process, so TensorFlow starts on
 A job is {"argv": [...], "limit": bytes} (run.main(argv) under the limit), or {"save":
 {"config": path, "directory": checkpoints folder, "step": n}, "limit": bytes} (the newest
 checkpoint of the folder restored into a training checkpoint built once per config, then saved
-as ckpt-<step> under the limit). A result is {"code": exit status, "stderr": text, "seconds": duration}. (Run it with its
+as ckpt-<step> under the limit), or {"onmt": tools function, "argv": [...], "stdin": path,
+"stdout": path} (one of OpenNMT-tf's helper commands, its standard streams from and to files). A result is {"code": exit status, "stderr": text, "seconds": duration}. (Run it with its
 standard error on a pipe: a file there would be cut by the limit too.)
 """
 
@@ -58,10 +59,44 @@ def save_job(job, checkpoints):
     return 0, ""
 
 
+def onmt_job(job):
+    """Exit status of one of OpenNMT-tf's helper commands (opennmt_lite.onmt.tools) under the
+    limit; its standard input read from job["stdin"], its standard output redirected to the
+    file job["stdout"] (as `command < in > out` would), when given."""
+    from opennmt_lite.onmt import tools
+
+    with contextlib.ExitStack() as stack:
+        if job.get("stdin"):
+            stdin = stack.enter_context(open(job["stdin"], encoding="utf-8"))
+            stack.enter_context(_replaced(sys, "stdin", stdin))
+        if job.get("stdout"):
+            sys.stdout.flush()
+            saved = os.dup(1)
+            descriptor = os.open(job["stdout"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            os.dup2(descriptor, 1)
+            os.close(descriptor)
+            stack.callback(lambda: (os.dup2(saved, 1), os.close(saved)))
+        with file_size_limit(job["limit"]):
+            return getattr(tools, job["onmt"])(job["argv"])
+
+
+@contextlib.contextmanager
+def _replaced(owner, name, value):
+    previous = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        setattr(owner, name, previous)
+
+
 def main(jobs_path, results_path):
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the limit: EFBIG, not a killed process
     logging.basicConfig(level=logging.WARNING, stream=sys.__stderr__)
     import run
+    from opennmt_lite.cli import import_tensorflow_quietly
+
+    import_tensorflow_quietly()  # (before any limit: starting TensorFlow writes a file)
 
     with open(jobs_path, encoding="utf-8") as f:
         jobs = json.load(f)
@@ -73,6 +108,8 @@ def main(jobs_path, results_path):
             if "save" in job:
                 code, text = save_job(job, checkpoints)
                 stderr.write(text)
+            elif "onmt" in job:
+                code = onmt_job(job)
             else:
                 with file_size_limit(job["limit"]):
                     code = run.main(job["argv"])

@@ -165,6 +165,25 @@ def test_damaged_latest_is_skipped_then_rotation_keeps_every_intact_one(tmp_path
     assert all(store.damage(p) is None for p in store.candidates(str(directory)))
 
 
+def test_average_checkpoints_skips_a_damaged_one_and_takes_the_newest_intact_ones(tmp_path, caplog):
+    """The README's promise: a damaged checkpoint is left out with a warning naming it, and the
+    newest max_count intact ones (older than it) are averaged; fewer than 2 left is an error."""
+    directory = tmp_path / "checkpoints"
+    save_steps(directory, [2, 4, 6, 8], max_to_keep=4)
+    truncate_data(str(directory / "ckpt-8"))
+    with caplog.at_level(logging.WARNING, logger="opennmt_lite"):
+        chosen = store.to_average(str(tmp_path), 2)
+    assert chosen == [str(directory / "ckpt-4"), str(directory / "ckpt-6")]  # oldest first
+    assert f"skipping damaged checkpoint {directory / 'ckpt-8'}" in caplog.text
+    [kernel] = [name for name in store.contents(chosen[-1]) if name.startswith("model/")
+                and "kernel" in name and "OPTIMIZER_SLOT" not in name]
+    assert np.all(store.average_values(chosen, [kernel])[kernel] == 5)  # (4 + 6) / 2, not 8's
+    for step in (2, 4, 6):
+        remove_index(str(directory / f"ckpt-{step}"))
+    with pytest.raises(CheckpointError, match="averaging needs at least 2 checkpoints: found 0 readable"):
+        store.to_average(str(tmp_path), 2)
+
+
 def test_rotation_never_counts_a_damaged_checkpoint(tmp_path):
     """Even one the restore did not look at (older than the one restored)."""
     directory = tmp_path / "checkpoints"

@@ -81,6 +81,9 @@ def test_without_auto_config_opennmt_fallbacks_apply(tmp_path):
         (dict(MINIMAL, infer={"n_best": 5}), r"infer.n_best \(5\) cannot exceed params.beam_width \(4\)"),
         (dict(MINIMAL, params={"sampling_topk": -1}), r"config.yml: params.sampling_topk must be at least 0, got -1"),
         (dict(MINIMAL, params={"sampling_temperature": 0}), r"config.yml: params.sampling_temperature must be positive, got 0"),
+        (dict(MINIMAL, train={"seed": -5}), r"config.yml: train.seed must be at least 0, got -5"),
+        (dict(MINIMAL, params={"coverage_penalty": -0.2}), r"config.yml: params.coverage_penalty must be at least 0, got -0.2"),
+        (dict(MINIMAL, eval={"early_stopping": {"steps": 0}}), r"eval.early_stopping.steps must be at least 1, got 0"),
         ("model_dir: [unclosed", r"config.yml: invalid YAML"),
     ],
 )

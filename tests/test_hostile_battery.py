@@ -5,8 +5,12 @@ a file. Each must end in exit status 0, or 2 with one `error:` line naming the k
 file: never a traceback, never a hang (a case running past its time limit fails).
 
 The cases are generated from `opennmt_lite.config.SCHEMA` and from the commands' own argparse
-declarations (`opennmt_lite.commands.<command>.add_arguments`), with a fixed seed; a test checks
-that every key and every option got cases. Config cases go through the config loader, option
+declarations (`opennmt_lite.commands.<command>.add_arguments`; OpenNMT-tf's `onmt-main` and its
+run types, and `opennmt_lite.onmt.tools.PARSERS`), with a fixed seed; a test checks that every
+key and every option got cases. Every seed, size and count also gets the values just outside its
+range (below the lower bound its key or `config.integer_option` declares, past LARGEST_INT),
+which must be refused: an int key without a range (not in UNBOUNDED_INT_KEYS) or a number
+option without `integer_option` fails the coverage checks. Config cases go through the config loader, option
 cases through `run.main(argv)`, in this process. Cases the parser accepts run the command for
 real on a tiny trained model, one per option here (`CASES_PER_OPTION`); bench/hostile_battery.py
 runs them all, with more random values.
@@ -26,7 +30,7 @@ import run
 from training_helpers import TINY_MODEL, training_user
 from opennmt_lite import build
 from opennmt_lite.commands import COMMANDS
-from opennmt_lite.config import SCHEMA, build_config, load_config
+from opennmt_lite.config import LARGEST_INT, SCHEMA, UNBOUNDED_INT_KEYS, build_config, load_config
 from opennmt_lite.errors import UserError
 
 # bench/hostile_battery.py sets these higher (the environment variables below).
@@ -122,6 +126,41 @@ def test_every_config_key_holds_up_to_hostile_values(files):
     assert set(counted) == {key for key, _ in leaves()}  # every key of the schema got cases
 
 
+def out_of_range_cases():
+    """(key, value) just outside the range of every int key (below its lower bound, past
+    LARGEST_INT) and of every float key with a lower bound: each must be refused naming it."""
+    cases = []
+    for key, leaf in leaves():
+        if leaf.kind == "int" and key not in UNBOUNDED_INT_KEYS:
+            cases += [(key, (leaf.minimum if leaf.minimum is not None else 0) - 1), (key, LARGEST_INT + 1)]
+        elif leaf.kind == "float" and leaf.minimum is not None:
+            cases += [(key, leaf.minimum - 1e-3)]
+    return cases
+
+
+def test_every_seed_size_and_count_key_refuses_values_outside_its_range(files):
+    """Every int key (a seed, size, count, length or step) declares its lower bound unless it is
+    one of UNBOUNDED_INT_KEYS (with the reason); a value outside the range is refused naming
+    the key, so that none reaches a library that raises (keras.utils.set_random_seed, NumPy's
+    generators, SentencePiece, TensorFlow's int32)."""
+    ints = {key for key, leaf in leaves() if leaf.kind == "int"}
+    assert set(UNBOUNDED_INT_KEYS) <= ints
+    unbounded = sorted(key for key, leaf in leaves()
+                       if leaf.kind == "int" and leaf.minimum is None and key not in UNBOUNDED_INT_KEYS)
+    assert not unbounded, f"int keys without a range: {unbounded}"
+    base = {"model_dir": str(files / "run"), "model": dict(TINY_MODEL)}
+    counted = set()
+    for key, value in out_of_range_cases():
+        counted.add(key)
+        user = copy.deepcopy(base)
+        set_key(user, key, value)
+        with pytest.raises(UserError) as refused:
+            build_config(user)
+        check_config_error(refused.value, key)
+    assert counted >= ints - set(UNBOUNDED_INT_KEYS)  # every seed, size and count got cases
+    assert {"train.seed", "params.coverage_penalty", "data.source_tokenization.vocabulary_size"} <= counted
+
+
 def test_config_files_that_are_not_text_or_not_yaml(files, tmp_path):
     cases = {"invalid-utf8.yml": b"model_dir: \xff\xfe\n", "nul.yml": b"model_dir: a\x00b\n",
              "nan.yml": b"model_dir: x\nparams:\n  learning_rate: .nan\n",
@@ -165,7 +204,22 @@ def option_values(action, directory, rng):
     for _ in range(RANDOM_VALUES):
         values.append("".join(chr(rng.randint(1, 0x2FFF)) for _ in range(rng.randint(1, 30))))
         values.append(str(rng.randint(-(2**40), 2**40)))
-    return values
+    return values + out_of_range_values(action)
+
+
+def out_of_range_values(action):
+    """Just outside the range of a number option (config.integer_option: its bounds)."""
+    if getattr(action.type, "__name__", "") != "integer":
+        return []
+    return [str((action.type.minimum or 0) - 1), str(action.type.maximum + 1)]
+
+
+def check_numbers_are_ranged(tables):
+    """Every number option is a config.integer_option (checked by the config's own check, with
+    its range): a plain `type=int` or `float` would let any value through to the library."""
+    plain = [(command, action.option_strings[-1]) for command, parser in tables.items()
+             for action in parser._actions if action.type in (int, float)]
+    assert not plain, f"options without a range check: {plain}"
 
 
 class Hang(Exception):
@@ -239,6 +293,8 @@ def test_every_option_holds_up_to_hostile_values(project, files, tmp_path, capsy
                 accepted = True
             except SystemExit:
                 accepted = False
+            if accepted and value in out_of_range_values(action_of(tables[command], option)):
+                failures.append(f"{command} {option} {value}: out of range, accepted")
             if accepted:  # runs the command for real: a bounded number of them
                 # (train and serve run until stopped: their parsers' refusals only; serve's bad
                 # addresses in tests/test_serve.py)
@@ -269,6 +325,11 @@ def test_every_option_holds_up_to_hostile_values(project, files, tmp_path, capsy
     expected = {(c, a.option_strings[-1]) for c, p in tables.items() for a in p._actions
                 if a.option_strings and a.dest != "help"}
     assert set(counted) == expected  # every option of every command got cases
+    check_numbers_are_ranged(tables)
+
+
+def action_of(parser, option):
+    return next(a for a in parser._actions if a.option_strings and a.option_strings[-1] == option)
 
 
 def test_nan_and_infinity_are_refused_for_every_float_key(files):
@@ -281,3 +342,162 @@ def test_nan_and_infinity_are_refused_for_every_float_key(files):
             set_key(user, key, value)
             with pytest.raises(UserError, match=key.split(".")[-1]):
                 build_config(user)
+
+
+# -- OpenNMT-tf's command lines ------------------------------------------------------------------
+
+def onmt_parsers():
+    """{name: parser} of OpenNMT-tf's commands: the four helper commands, onmt-main's global
+    options (as "onmt-main", run with `infer`) and each run type's (as "onmt-main <run type>")."""
+    from opennmt_lite.onmt import main as onmt_main
+    from opennmt_lite.onmt import tools
+
+    found = {name: make() for name, make in tools.PARSERS.items()}
+    parser = onmt_main.build_parser()
+    found["onmt-main"] = parser
+    for run_type, sub in parser.run_types.items():
+        found[f"onmt-main {run_type}"] = sub
+    return found
+
+
+def covered(parser):
+    """[(name, action)]: every option of `parser` (its last spelling) and positional argument
+    (its dest), but --help, the hidden ones and the run-type choice."""
+    return [(action.option_strings[-1] if action.option_strings else action.dest, action)
+            for action in parser._actions
+            if action.dest != "help" and action.help != argparse.SUPPRESS
+            and not isinstance(action, argparse._SubParsersAction)]
+
+
+def onmt_base(command, project, directory):
+    """A valid, quick invocation of `command`: ({option or positional: value}, run type)."""
+    config, source = project["config"], project["source"]
+    out = directory / "out"
+    if command == "onmt-build-vocab":
+        return {"data": source, "--save_vocab": str(out / "vocab.txt")}, None
+    if command in ("onmt-tokenize-text", "onmt-detokenize-text"):
+        return {}, None
+    if command == "onmt-merge-config":
+        return {"config": config}, None
+    run_type = command.split(" ")[1] if " " in command else "infer"
+    per_run_type = {
+        "train": {}, "eval": {}, "infer": {"--features_file": source},
+        "export": {"--output_dir": str(out / "export")},
+        "score": {"--features_file": source, "--predictions_file": source},
+        "average_checkpoints": {"--output_dir": str(out / "avg")},
+        "update_vocab": {"--output_dir": str(out / "vocab"),
+                         "--tgt_vocab": project["user"]["data"]["target_vocabulary"]},
+    }
+    return {"--config": config, run_type: per_run_type[run_type]}, run_type
+
+
+def onmt_argv(command, name, value, project, directory):
+    """The command line of one case: the base invocation with `name` given `value`."""
+    base, run_type = onmt_base(command, project, directory)
+
+    def parts(options):
+        positional = [v for k, v in options.items() if not k.startswith("-")]
+        flags = [p for k, v in options.items() if k.startswith("-")
+                 for p in ([k] if v is None else [k, v])]
+        return positional + flags  # (positionals first: --sentencepiece takes what follows it)
+
+    if run_type is None:
+        return parts(dict(base, **{name: value}))
+    sub = dict(base.pop(run_type))
+    if command == "onmt-main":
+        base[name] = value
+    else:
+        sub[name] = value
+    return parts(base) + [run_type] + parts(sub)
+
+
+def onmt_cases(directory):
+    rng = random.Random(SEED)
+    return [(command, name, value) for command, parser in onmt_parsers().items()
+            for name, action in covered(parser) for value in option_values(action, directory, rng)]
+
+
+def run_onmt(command, argv):
+    """Exit status of OpenNMT-tf's `command` run in this process on `argv` (standard input: a
+    line of text), leaving TensorFlow's and logging's process settings as they were."""
+    import io
+    import logging
+    import sys
+
+    import tensorflow as tf
+
+    from opennmt_lite.onmt import main as onmt_main
+    from opennmt_lite.onmt import tools
+
+    stdin, level = sys.stdin, logging.getLogger("opennmt_lite").level
+    sys.stdin = io.TextIOWrapper(io.BytesIO(b"Hello world .\n"), encoding="utf-8")
+    try:
+        if command.startswith("onmt-main"):
+            return onmt_main.main(argv)
+        return getattr(tools, command.removeprefix("onmt-").replace("-", "_"))(argv)
+    finally:
+        sys.stdin = stdin
+        tf.config.run_functions_eagerly(False)  # (--eager_execution)
+        logging.getLogger("opennmt_lite").setLevel(level)
+
+
+def parsed(command, argv):
+    """Whether `command`'s parser accepts `argv`."""
+    from opennmt_lite.onmt import main as onmt_main
+    from opennmt_lite.onmt import tools
+
+    try:
+        if command.startswith("onmt-main"):
+            onmt_main.parse_args(argv)
+        else:
+            tools.PARSERS[command]().parse_args(argv)
+    except SystemExit:
+        return False
+    return True
+
+
+def test_every_option_of_opennmt_tfs_commands_holds_up_to_hostile_values(project, files, tmp_path, capsys):
+    """onmt-build-vocab, onmt-tokenize-text, onmt-detokenize-text, onmt-merge-config and every
+    option of onmt-main (each run type's): the values of run.py's options, and for a number the
+    values just outside its range, which the parser must refuse."""
+    import shutil
+
+    tables = onmt_parsers()
+    failures, counted, ran = [], {}, {}
+    (tmp_path / "out").mkdir()
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for command, name, value in onmt_cases(files):
+            counted[(command, name)] = counted.get((command, name), 0) + 1
+            argv = onmt_argv(command, name, value, project, tmp_path)
+            action = dict(covered(tables[command]))[name]
+            accepted = parsed(command, argv)
+            case = f"{command} {name} {value!r:.50}"
+            if accepted and value in out_of_range_values(action):
+                failures.append(f"{case}: out of range, accepted")
+            if accepted:
+                if command == "onmt-main train" or ran.get((command, name), 0) >= CASES_PER_OPTION:
+                    continue
+                ran[(command, name)] = ran.get((command, name), 0) + 1
+            capsys.readouterr()
+            signal.alarm(TIME_LIMIT)
+            try:
+                code = run_onmt(command, argv)
+            except Hang:
+                code = "hang"
+            finally:
+                signal.alarm(0)
+            err = capsys.readouterr().err
+            shutil.rmtree(tmp_path / "out", ignore_errors=True)
+            (tmp_path / "out").mkdir()
+            lines = [line for line in err.splitlines() if "error:" in line]
+            if code == "hang" or "Traceback" in err or code not in (0, 2):
+                failures.append(f"{case}: exit {code}: {err.strip().splitlines()[-1:] if err.strip() else ''}")
+            elif code == 2 and len(lines) != 1:
+                failures.append(f"{case}: {len(lines)} error lines: {err[-300:]}")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert not failures, "\n".join(failures[:40])
+    expected = {(command, name) for command, parser in tables.items() for name, _ in covered(parser)}
+    assert set(counted) == expected  # every option of every command got cases
+    check_numbers_are_ranged(tables)

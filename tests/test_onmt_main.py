@@ -378,6 +378,18 @@ def test_refused_and_bad_options_are_one_line(tmp_path, capsys):
     assert "--predictions_file" in err
     err = _error(capsys, config + ["--model", str(tmp_path / "missing.py"), "infer", "--features_file", "x"])
     assert "missing.py" in err
+    # Numbers outside their range, refused by the parser before any work (--seed is train.seed:
+    # keras.utils.set_random_seed would raise on a negative one).
+    for option, value, message in (("--seed", "-1", "must be at least 0, got -1"),
+                                   ("--seed", str(2**31), "must be at most 2147483647"),
+                                   ("--intra_op_parallelism_threads", "-2", "must be at least 0")):
+        err = _error(capsys, config + ["--model_type", "TransformerTiny", option, value, "train"])
+        assert f"argument {option}: {message}" in err, err
+    for argv, message in ((["train", "--num_gpus", "0"], "argument --num_gpus: must be at least 1, got 0"),
+                          (["average_checkpoints", "--output_dir", "o", "--max_count", "0"],
+                           "argument --max_count: must be at least 1, got 0")):
+        err = _error(capsys, config + ["--model_type", "TransformerTiny"] + argv)
+        assert message in err, err
 
 
 def test_word_embedder_sized_by_pretrained_vectors(tmp_path, capsys):

@@ -120,6 +120,10 @@ def test_merge_config_prints_what_opennmt_tf_prints(capsys, monkeypatch):
     ("build_vocab", ["--sentencepiece", "vocab_size", "--save_vocab", "{tmp}/v", str(DATA / "valid.en")],
      "--sentencepiece: expected key=value, got 'vocab_size'"),
     ("build_vocab", ["--size_multiple", "0", "--save_vocab", "{tmp}/v"], "--size_multiple: must be at least 1"),
+    ("build_vocab", ["--size", "-1", "--save_vocab", "{tmp}/v", str(DATA / "valid.en")],
+     "argument --size: must be at least 0, got -1"),
+    ("build_vocab", ["--sentencepiece", "--size", "99999999999", "--save_vocab", "{tmp}/v", str(DATA / "valid.en")],
+     "argument --size: must be at most 2147483647"),
     ("build_vocab", ["--from_vocab", str(CLI / "tokenizer.yml"), "--from_format", "sentencepiece",
                      "--save_vocab", "{tmp}/v"], "line 1: expected piece<TAB>score"),
     ("tokenize_text", ["--tokenizer_config", '{"type": "OpenNMTTokenizer", "params": {"mode": '

@@ -358,6 +358,38 @@ def test_build_vocab_write_fault(project, tmp_path, capsys, monkeypatch, point):
     assert checksums(tmp_path / "vocab") != before
 
 
+def onmt_tool(capsys, command, argv):
+    """(exit status, stderr) of one of OpenNMT-tf's helper commands run in this process."""
+    from opennmt_lite.onmt import tools
+
+    capsys.readouterr()
+    code = getattr(tools, command)([str(a) for a in argv])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("sentencepiece", [False, True], ids=["words", "sentencepiece"])
+@pytest.mark.parametrize("point", PYTHON_POINTS, ids=_point_id)
+def test_onmt_build_vocab_write_fault(tmp_path, capsys, monkeypatch, point, sentencepiece):
+    """onmt-build-vocab over the files of an earlier run: the faults of the files Python writes
+    (the vocabulary; with --sentencepiece also the model's rewrite with its final prefix, its
+    sync and its move out of the training directory) keep them as they were."""
+    name, module, nth, after, code = point
+    output = tmp_path / "out"
+    output.mkdir()
+    prefix = output / "vocab"
+    argv = ["--save_vocab", prefix, os.path.join(REPO, "data", "valid.en")]
+    if sentencepiece:
+        argv = ["--sentencepiece", "--size", "120"] + argv
+    assert onmt_tool(capsys, "build_vocab", argv)[0] == 0
+    before = checksums(output)
+    Faults(monkeypatch, module, name, code, nth, where=str(output), after_bytes=after)
+    status, err = onmt_tool(capsys, "build_vocab", argv)
+    monkeypatch.undo()
+    one_error(status, err, f"--save_vocab {prefix}: cannot write {prefix}", OS_ERRORS[code])
+    assert checksums(output) == before and not leftovers(tmp_path)
+    assert not [n for n in os.listdir(output) if n.startswith(".vocab-")]  # (its training directory)
+
+
 # The checkpoint's own files are TensorFlow's (see the RLIMIT tests below); Python writes the
 # `checkpoint` state file and deletes the rotated checkpoints.
 SAVE_POINTS = [
@@ -418,11 +450,27 @@ def run_worker(tmp_path, jobs):
     return json.loads(results_path.read_text())
 
 
+def stream_output(command, argv, data):
+    """The standard output (bytes) of a stdin-to-stdout helper command given `data`."""
+    import io
+
+    stdin, stdout = sys.stdin, sys.stdout
+    sys.stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8")
+    sys.stdout = io.TextIOWrapper(io.BytesIO(), encoding="utf-8")
+    try:
+        assert command(argv) == 0
+        sys.stdout.flush()
+        return sys.stdout.buffer.getvalue()
+    finally:
+        sys.stdin, sys.stdout = stdin, stdout
+
+
 @pytest.fixture(scope="module")
 def limited(project, tmp_path_factory):
     """Every TensorFlow-written output cut at 5 byte counts, in one worker: checkpoint saves,
-    a training run, averages, vocabulary updates, SavedModel and CTranslate2 exports, and
-    build-vocab's SentencePiece models. {kind: [(limit, result, context)]}."""
+    a training run, averages, vocabulary updates, SavedModel and CTranslate2 exports,
+    build-vocab's SentencePiece models, onmt-build-vocab's files and the standard output of
+    onmt-tokenize-text / onmt-detokenize-text. {kind: [(limit, result, context)]}."""
     root = tmp_path_factory.mktemp("limited")
     config = project["config"]
     model_dir = project["user"]["model_dir"]
@@ -484,6 +532,39 @@ def limited(project, tmp_path_factory):
     for limit in (0, 100, 2000, model_size // 2, model_size - 1):
         add("build-vocab", limit, {"argv": ["build-vocab", "--config", vocab_config]},
             {"output": str(vocab_dir), "before": checksums(vocab_dir)})
+    # OpenNMT-tf's helper commands, over the files of an earlier run: onmt-build-vocab's word
+    # vocabulary and its SentencePiece model (above the size of the data pyonmttok's learner
+    # copies to a temporary file, so that only the model is cut), and the standard output of
+    # onmt-tokenize-text / onmt-detokenize-text redirected to a file.
+    onmt_dir = root / "onmt"
+    onmt_dir.mkdir()
+    vocab_dir = onmt_dir / "vocab"  # (only the files onmt-build-vocab writes)
+    vocab_dir.mkdir()
+    sample = onmt_dir / "sample.en"
+    with open(os.path.join(REPO, "data", "valid.en"), encoding="utf-8") as stream:
+        sample.write_text("".join(stream.readlines()[:200]))
+    words = ["--save_vocab", str(vocab_dir / "words.txt"), str(sample)]
+    pieces = ["--sentencepiece", "--size", "100", "--save_vocab", str(vocab_dir / "sp"), str(sample)]
+    from opennmt_lite.onmt import tools
+
+    assert tools.build_vocab(words) == 0 and tools.build_vocab(pieces) == 0
+    onmt_size = os.path.getsize(vocab_dir / "sp.model")
+    words_size = os.path.getsize(vocab_dir / "words.txt")
+    for limit in (0, 10, words_size - 1):
+        add("onmt-build-vocab", limit, {"onmt": "build_vocab", "argv": words},
+            {"output": str(vocab_dir / "words.txt"), "directory": str(vocab_dir), "before": checksums(vocab_dir)})
+    for limit in (sample.stat().st_size + 4096, onmt_size // 2, onmt_size - 1):
+        add("onmt-build-vocab", limit, {"onmt": "build_vocab", "argv": pieces},
+            {"output": str(vocab_dir / "sp.model"), "directory": str(vocab_dir), "before": checksums(vocab_dir)})
+    tokenized = onmt_dir / "sample.tok"
+    tokenized.write_bytes(stream_output(tools.tokenize_text, ["--delimiter", "|"], sample.read_bytes()))
+    for command, stdin in (("tokenize_text", sample), ("detokenize_text", tokenized)):
+        expected = stream_output(getattr(tools, command), ["--delimiter", "|"], stdin.read_bytes())
+        for limit in (0, 10, len(expected) // 2):
+            stdout = onmt_dir / f"{command}-{limit}.out"
+            add("onmt-stdout", limit, {"onmt": command, "argv": ["--delimiter", "|"],
+                                       "stdin": str(stdin), "stdout": str(stdout)},
+                {"output": str(stdout), "expected": expected.decode("utf-8")})
     # train: the first save of a resumed run cut short
     train_dir = root / "train"
     train_dir.mkdir()
@@ -549,6 +630,27 @@ def test_build_vocab_cut_at_each_byte_count(limited):
         names_os_error(line, *EFBIG, "only in part (no space left or a file-size limit?)")
         assert checksums(context["output"]) == context["before"], limit
         assert not leftovers(context["output"]), limit
+
+
+def test_onmt_build_vocab_cut_at_each_byte_count(limited):
+    for limit, result, context in limited["onmt-build-vocab"]:
+        line = one_error(result["code"], result["stderr"], context["output"])
+        names_os_error(line, *EFBIG, "only in part (no space left or a file-size limit?)")
+        assert checksums(context["directory"]) == context["before"], limit
+        assert not leftovers(context["directory"]), limit
+        assert not [n for n in os.listdir(context["directory"]) if n.startswith(".sp-")], limit
+
+
+def test_tokenize_and_detokenize_output_cut_at_each_byte_count(limited):
+    """Standard output redirected to a file that cannot grow: one line naming that file; what
+    was written is the beginning of the whole output, byte for byte; the input is unchanged."""
+    for limit, result, context in limited["onmt-stdout"]:
+        line = one_error(result["code"], result["stderr"], f"standard output ({context['output']})")
+        names_os_error(line, *EFBIG)
+        with open(context["output"], encoding="utf-8") as stream:
+            written = stream.read()
+        assert len(written.encode("utf-8")) == limit, limit
+        assert context["expected"].encode("utf-8").startswith(written.encode("utf-8")), limit
 
 
 def test_a_checkpoint_written_again_is_kept_until_its_replacement_is_verified(project, saver, tmp_path,

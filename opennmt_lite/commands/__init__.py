@@ -1,9 +1,7 @@
 """One module per `run.py` command. Each has `HELP`, `add_arguments(parser)` and `run(args,
 config)`; `config` is the loaded `Config` (None for commands that take no --config)."""
 
-import argparse
-
-from opennmt_lite.config import LARGEST_INT
+from opennmt_lite.config import integer_option
 
 # Command name (as typed) -> module name, in the order `run.py --help` lists them.
 COMMANDS = {
@@ -21,21 +19,10 @@ COMMANDS = {
 
 
 def int_at_least(minimum):
-    """An argparse type: an integer of at least `minimum` (a command-line value is checked like a
-    config value, never silently replaced)."""
-
-    def parse(text):
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be at least {minimum}, got {value}")
-        if value > LARGEST_INT:  # (TensorFlow's int32)
-            raise argparse.ArgumentTypeError(f"must be at most {LARGEST_INT}, got {value}")
-        return value
-
-    return parse
+    """An argparse type: an integer of at least `minimum` and at most LARGEST_INT, checked by
+    the config's own check (a command-line value is checked like a config value, never silently
+    replaced)."""
+    return integer_option(minimum)
 
 
 positive_int = int_at_least(1)

@@ -2,7 +2,8 @@
 
 import logging
 
-from opennmt_lite.commands import add_checkpoint_argument, non_negative_int, positive_int
+from opennmt_lite.commands import add_checkpoint_argument, positive_int
+from opennmt_lite.config import integer_option
 from opennmt_lite.errors import ArgumentError
 
 HELP = "translate a file"
@@ -16,8 +17,8 @@ def add_arguments(parser):
     parser.add_argument("--beam_width", type=positive_int)
     parser.add_argument("--n_best", type=positive_int)
     parser.add_argument("--with_scores", action="store_true", default=None)
-    parser.add_argument("--seed", type=non_negative_int, help="seed of random sampling (params.sampling_topk "
-                        "!= 1; default train.seed)")
+    parser.add_argument("--seed", type=integer_option(key_path="train.seed"),
+                        help="seed of random sampling (params.sampling_topk != 1; default train.seed)")
     parser.add_argument("--ctranslate2", metavar="DIR",
                         help="translate with this CTranslate2 model (run.py export --format "
                         "ctranslate2) instead of the checkpoint")

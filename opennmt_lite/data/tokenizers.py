@@ -380,6 +380,18 @@ def _strip_paths(model_path, prefix_name, final_path):
     """Replaces the input paths recorded in a model by their base names, and its prefix by
     `prefix_name`, so that the file does not depend on where (or under which temporary name) it
     was trained. `final_path`: the model's name in errors."""
+    proto = _parsed_model(model_path, final_path)
+    spec = proto.trainer_spec
+    inputs = [os.path.basename(path) for path in spec.input]
+    del spec.input[:]
+    spec.input.extend(inputs)
+    spec.model_prefix = prefix_name
+    _rewrite_model(proto, model_path, final_path)
+
+
+def _parsed_model(model_path, final_path):
+    """The ModelProto of a model SentencePiece just wrote; an OutputError naming `final_path`
+    when the file was cut short."""
     from google.protobuf.message import DecodeError
     from sentencepiece import sentencepiece_model_pb2
 
@@ -392,13 +404,28 @@ def _strip_paths(model_path, prefix_name, final_path):
         raise _not_whole(final_path) from None
     if not proto.pieces:  # (cut before its first piece: an empty file parses)
         raise _not_whole(final_path)
-    spec = proto.trainer_spec
-    inputs = [os.path.basename(path) for path in spec.input]
-    del spec.input[:]
-    spec.input.extend(inputs)
-    spec.model_prefix = prefix_name
+    return proto
+
+
+def _rewrite_model(proto, model_path, final_path):
     try:
         with open(model_path, "wb") as stream:
             stream.write(proto.SerializeToString())
     except OSError as error:  # (a failed write names no file)
         raise OSError(error.errno, error.strerror, final_path) from None
+
+
+def check_trained_model(model_path, pieces_path, final_prefix):
+    """Checks that SentencePiece wrote the model `model_path` and its piece list `pieces_path`
+    (`<prefix>.vocab`) whole, under temporary names (an OutputError naming
+    `<final_prefix>.model` or `.vocab` if not: SentencePiece does not report a failed write),
+    and records `final_prefix` in the model as the prefix it was trained under."""
+    final_model = final_prefix + ".model"
+    proto = _parsed_model(model_path, final_model)
+    proto.trainer_spec.model_prefix = final_prefix
+    _rewrite_model(proto, model_path, final_model)
+    try:
+        processor = spm.SentencePieceProcessor(model_file=model_path)
+    except (RuntimeError, OSError):
+        raise _not_whole(final_model) from None
+    _check_whole(pieces_path, processor.get_piece_size(), final_prefix + ".vocab")

@@ -75,11 +75,23 @@ class Translator:
         return " ".join(pieces)
 
 
+def thread_count(text):
+    """--num_threads: an integer of at least 1 (LiteRT raises on other values). Checked here,
+    not by opennmt-lite's config.integer_option: this script runs without opennmt-lite."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if not 1 <= value <= 2**31 - 1:
+        raise argparse.ArgumentTypeError(f"must be between 1 and {2**31 - 1}, got {value}")
+    return value
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model_dir", default=os.path.dirname(os.path.abspath(__file__)),
                         help="the export directory (default: this script's)")
-    parser.add_argument("--num_threads", type=int, help="interpreter threads (default: LiteRT's)")
+    parser.add_argument("--num_threads", type=thread_count, help="interpreter threads (default: LiteRT's)")
     args = parser.parse_args(argv)
     translator = Translator(args.model_dir, args.num_threads)
     for line in split_lines(sys.stdin.buffer.read()):

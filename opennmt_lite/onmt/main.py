@@ -96,6 +96,7 @@ def build_parser():
     """OpenNMT-tf 2.32's parser: the same options, defaults and run types (`parser.run_types`
     maps each run type to its sub-parser)."""
     from opennmt_lite import __version__
+    from opennmt_lite.config import integer_option  # (its numbers checked as the config's are)
 
     parser = _Parser(prog=PROG, formatter_class=argparse.ArgumentDefaultsHelpFormatter,
                      description="OpenNMT-tf 2.32's onmt-main command line, run by opennmt-lite.")
@@ -117,12 +118,13 @@ def build_parser():
                         "to load (default: the latest of model_dir)")
     parser.add_argument("--log_level", default="INFO",
                         choices=["CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG", "NOTSET"])
-    parser.add_argument("--seed", type=int, default=None, help="random seed (train.seed)")
+    parser.add_argument("--seed", type=integer_option(key_path="train.seed"), default=None,
+                        help="random seed (train.seed)")
     parser.add_argument("--gpu_allow_growth", default=False, action="store_true",
                         help="allocate GPU memory dynamically")
-    parser.add_argument("--intra_op_parallelism_threads", type=int, default=0,
+    parser.add_argument("--intra_op_parallelism_threads", type=integer_option(0), default=0,
                         help="threads per op (0: TensorFlow chooses)")
-    parser.add_argument("--inter_op_parallelism_threads", type=int, default=0,
+    parser.add_argument("--inter_op_parallelism_threads", type=integer_option(0), default=0,
                         help="ops run side by side (0: TensorFlow chooses)")
     parser.add_argument("--mixed_precision", default=False, action="store_true",
                         help="train in mixed float16 (with a GPU only, as OpenNMT-tf)")
@@ -142,7 +144,8 @@ def build_parser():
     p = run_type("train", "Training.")
     p.add_argument("--with_eval", default=False, action="store_true",
                    help="evaluate every eval.steps (without it: no evaluation)")
-    p.add_argument("--num_gpus", type=int, default=1, help="devices to train on (train.num_devices)")
+    p.add_argument("--num_gpus", type=integer_option(key_path="train.num_devices"), default=1,
+                   help="devices to train on (train.num_devices)")
     p.add_argument("--horovod", default=False, action="store_true", help="refused")
     p.add_argument("--continue_from_checkpoint", default=False, action="store_true", help="refused")
     p = run_type("eval", "Evaluation.")
@@ -161,7 +164,7 @@ def build_parser():
     p.add_argument("--output_file", default=None, help="default: standard output")
     p = run_type("average_checkpoints", "Checkpoint averaging.")
     p.add_argument("--output_dir", required=True)
-    p.add_argument("--max_count", type=int, default=8)
+    p.add_argument("--max_count", type=integer_option(1), default=8)
     p = run_type("update_vocab", "Update model vocabularies in checkpoint.")
     p.add_argument("--output_dir", required=True)
     p.add_argument("--src_vocab", default=None)
@@ -415,16 +418,21 @@ def configure(args):
 def _write_description(args, model_dir):
     if not (args.model or args.model_type):
         return
-    import shutil
+    from opennmt_lite.files import atomic_write
+    from opennmt_lite.outputs import writing
 
-    os.makedirs(model_dir, exist_ok=True)
     path = os.path.join(model_dir, DESCRIPTION)
     if args.model:
-        if os.path.abspath(args.model) != os.path.abspath(path):
-            shutil.copyfile(args.model, path)
+        if os.path.abspath(args.model) == os.path.abspath(path):
+            return
+        with open(args.model, "rb") as stream:
+            content = stream.read()
     else:
-        with open(path, "w", encoding="utf-8") as stream:
-            stream.write(CATALOG_DESCRIPTION.format(args.model_type))
+        content = CATALOG_DESCRIPTION.format(args.model_type).encode("utf-8")
+    with writing(f"model_dir {model_dir}"):  # (a copy replaced whole, as every file written)
+        os.makedirs(model_dir, exist_ok=True)
+        with atomic_write(path, "wb") as stream:
+            stream.write(content)
 
 
 def checkpoint_argument(path):
@@ -517,10 +525,7 @@ def _score(args, config):
 
 def _average_checkpoints(args, config):
     from opennmt_lite.commands.average_checkpoints import average
-    from opennmt_lite.errors import ArgumentError
 
-    if args.max_count < 1:
-        raise ArgumentError(f"--max_count must be at least 1, got {args.max_count}")
     path = average(config, args.output_dir, args.max_count)
     logger.info("averaged checkpoint: %s", path)
     return path

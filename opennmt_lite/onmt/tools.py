@@ -15,6 +15,7 @@ import math
 import os
 import sys
 
+from opennmt_lite.config import integer_option  # (plain Python: no TensorFlow)
 from opennmt_lite.errors import ArgumentError, UserError
 
 # OpenNMT-tf's special tokens, in its vocabulary files' order (opennmt.constants).
@@ -24,9 +25,17 @@ SENTENCEPIECE_SPECIALS = ("<unk>", "<s>", "</s>")
 NUM_OOV_BUCKETS = 1  # the <unk> id added after the last line at training time
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, except that a bad command line is one line, `error: ...` (then exit 2), as every
+    other user error of these commands."""
+
+    def error(self, message):
+        self.exit(2, f"error: {message}\n")
+
+
 def _parser(prog, description):
-    return argparse.ArgumentParser(prog=prog, description=description,
-                                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    return _Parser(prog=prog, description=description,
+                   formatter_class=argparse.ArgumentDefaultsHelpFormatter)
 
 
 def _run(parser, action, argv, tensorflow=True):
@@ -47,8 +56,10 @@ def _run(parser, action, argv, tensorflow=True):
         except BrokenPipeError:  # the reader (e.g. `head`) is gone: not an error
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         except OSError as error:  # an input or output file the user named
+            from opennmt_lite.outputs import describe
+
             where = f"{error.filename}: " if error.filename else ""
-            raise FileAccessError(f"{where}{error.strerror or error}") from None
+            raise FileAccessError(f"{where}{describe(error)}") from None
 
     return guarded(run_action, parser.prog)
 
@@ -79,8 +90,27 @@ def _stdin_lines():
 
 
 def _print_line(text):
-    sys.stdout.buffer.write(text.encode("utf-8") + b"\n")
-    sys.stdout.flush()
+    _write_out(text.encode("utf-8") + b"\n")
+
+
+def _write_out(data):
+    """Writes `data` to standard output at once; a failed write (a full disk under `> file`)
+    names the file it is redirected to."""
+    from opennmt_lite.outputs import standard_output_name
+
+    try:
+        sys.stdout.flush()  # (text printed before, in order)
+        out, remaining = sys.stdout.buffer, memoryview(data)
+        while remaining:  # (unbuffered, under PYTHONUNBUFFERED: a partial write returns a count)
+            written = out.write(remaining)
+            remaining = remaining[written or 0:]
+        out.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        if error.filename is not None or not error.errno:
+            raise
+        raise OSError(error.errno, error.strerror, standard_output_name()) from None
 
 
 def _strip(tokenizer):
@@ -103,11 +133,15 @@ def _stream_parser(prog, description, delimiter_help):
     return parser
 
 
+def tokenize_text_parser():
+    return _stream_parser("onmt-tokenize-text", "Tokenizes standard input, one sentence a line.",
+                          "token delimiter for text serialization")
+
+
 def tokenize_text(argv=None):
     """`onmt-tokenize-text`: standard input, one sentence per line, to its tokens joined by
     --delimiter on standard output."""
-    parser = _stream_parser("onmt-tokenize-text", "Tokenizes standard input, one sentence a line.",
-                            "token delimiter for text serialization")
+    parser = tokenize_text_parser()
 
     def action(args):
         tokenizer = _tokenizer(args.tokenizer_config)
@@ -118,11 +152,15 @@ def tokenize_text(argv=None):
     return _run(parser, action, argv)
 
 
+def detokenize_text_parser():
+    return _stream_parser("onmt-detokenize-text", "Detokenizes standard input, one sentence a line.",
+                          "token delimiter used in text serialization")
+
+
 def detokenize_text(argv=None):
     """`onmt-detokenize-text`: standard input, tokens joined by --delimiter, to detokenized text
     on standard output."""
-    parser = _stream_parser("onmt-detokenize-text", "Detokenizes standard input, one sentence a line.",
-                            "token delimiter used in text serialization")
+    parser = detokenize_text_parser()
 
     def action(args):
         if not args.delimiter:
@@ -137,11 +175,16 @@ def detokenize_text(argv=None):
 
 # --- onmt-merge-config ----------------------------------------------------------------------
 
+def merge_config_parser():
+    parser = _parser("onmt-merge-config", "Merges configuration files, left to right, and prints the result.")
+    parser.add_argument("config", nargs="+", help="configuration files")
+    return parser
+
+
 def merge_config(argv=None):
     """`onmt-merge-config`: the YAML configuration files merged left to right (mappings merged
     key by key, `optimizer_params` and `decay_params` replaced whole), printed as YAML."""
-    parser = _parser("onmt-merge-config", "Merges configuration files, left to right, and prints the result.")
-    parser.add_argument("config", nargs="+", help="configuration files")
+    parser = merge_config_parser()
 
     def action(args):
         import yaml
@@ -167,16 +210,14 @@ def merge_config(argv=None):
                                     f"{type(content).__name__}")
             merged = merge(merged, content)
         # As OpenNMT-tf prints it: yaml.dump's keys sorted, block style, and print's own newline.
-        print(yaml.dump(merged, default_flow_style=False))
+        _write_out((yaml.dump(merged, default_flow_style=False) + "\n").encode("utf-8"))
 
     return _run(parser, action, argv, tensorflow=False)
 
 
 # --- onmt-build-vocab -----------------------------------------------------------------------
 
-def build_vocab(argv=None):
-    """`onmt-build-vocab`: a word vocabulary counted from data files (or built on a saved one), or
-    a SentencePiece model and its vocabulary (--sentencepiece), as OpenNMT-tf 2.32 writes them."""
+def build_vocab_parser():
     parser = _parser("onmt-build-vocab", "Builds a word vocabulary, or a SentencePiece model and its vocabulary.")
     parser.add_argument("data", nargs="*", help="data files")
     parser.add_argument("--from_vocab", default=None,
@@ -186,10 +227,11 @@ def build_vocab(argv=None):
                         ".vocab (piece<TAB>score)")
     parser.add_argument("--save_vocab", required=True, help="output vocabulary file (with "
                         "--sentencepiece: the prefix of <prefix>.model and <prefix>.vocab)")
-    parser.add_argument("--min_frequency", type=int, default=1, help="minimum token frequency")
-    parser.add_argument("--size", type=int, default=0,
+    parser.add_argument("--min_frequency", type=integer_option(0), default=1,
+                        help="minimum token frequency")
+    parser.add_argument("--size", type=integer_option(0), default=0,
                         help="maximum vocabulary size, special tokens included (0: no limit)")
-    parser.add_argument("--size_multiple", type=int, default=1,
+    parser.add_argument("--size_multiple", type=integer_option(1), default=1,
                         help="pad with filler tokens until the size + 1 (the <unk> id added at "
                         "training time) is a multiple of this")
     parser.add_argument("--without_sequence_tokens", action="store_true",
@@ -200,19 +242,33 @@ def build_vocab(argv=None):
     parser.add_argument("--sentencepiece", nargs="*", default=None,
                         help="train a SentencePiece model and its vocabulary; takes SentencePiece "
                         "training options as key=value (e.g. character_coverage=0.98)")
+    return parser
+
+
+def build_vocab(argv=None):
+    """`onmt-build-vocab`: a word vocabulary counted from data files (or built on a saved one), or
+    a SentencePiece model and its vocabulary (--sentencepiece), as OpenNMT-tf 2.32 writes them."""
+    parser = build_vocab_parser()
 
     def action(args):
-        if args.size_multiple < 1:
-            raise ArgumentError(f"--size_multiple: must be at least 1, got {args.size_multiple}")
+        from opennmt_lite.files import Staging
+        from opennmt_lite.outputs import check_file, writing
+
         specials = [PADDING_TOKEN] + ([] if args.without_sequence_tokens else [START_TOKEN, END_TOKEN])
-        if args.sentencepiece is not None:
-            tokens = _sentencepiece_vocabulary(args, specials)
-            path = args.save_vocab + ".vocab"
-        else:
-            tokens = _word_vocabulary(args, specials)
-            path = args.save_vocab
-        with open(path, "w", encoding="utf-8", newline="\n") as stream:
-            stream.writelines(token + "\n" for token in tokens)
+        sentencepiece = args.sentencepiece is not None
+        path = args.save_vocab + ".vocab" if sentencepiece else args.save_vocab
+        check_file(path, "--save_vocab")  # (before any work: a mistake costs nothing)
+        if sentencepiece:
+            check_file(args.save_vocab + ".model", "--save_vocab")
+        # (the data read first: an unreadable file is not a failed write)
+        tokens = None if sentencepiece else _word_vocabulary(args, specials)
+        # Written under temporary names, renamed when whole (the model and its vocabulary
+        # together): a failed write leaves the previous files as they were.
+        with writing(f"--save_vocab {args.save_vocab}"), Staging() as staging:
+            if sentencepiece:
+                tokens = _sentencepiece_vocabulary(args, specials, staging)
+            with staging.open(path, "w", encoding="utf-8", newline="\n") as stream:
+                stream.write("".join(token + "\n" for token in tokens))
 
     return _run(parser, action, argv)
 
@@ -278,14 +334,17 @@ def _pad_to_multiple(tokens, multiple):
     return tokens
 
 
-def _sentencepiece_vocabulary(args, specials):
-    """Trains `<save_vocab>.model` with the OpenNMT Tokenizer's SentencePiece learner (as
-    OpenNMT-tf does, `keep_vocab`: the size is the model's) and returns the vocabulary lines:
-    the model's pieces without its special ones, or, with an OpenNMTTokenizer pre-tokenization,
-    the `size` most frequent tokens of the data tokenized with the model."""
+def _sentencepiece_vocabulary(args, specials, staging):
+    """Trains `<save_vocab>.model` (staged in `staging`, an opennmt_lite.files.Staging) with the
+    OpenNMT Tokenizer's SentencePiece learner (as OpenNMT-tf does, `keep_vocab`: the size is
+    the model's) and returns the vocabulary lines: the model's pieces without its special ones,
+    or, with an OpenNMTTokenizer pre-tokenization, the `size` most frequent tokens of the data
+    tokenized with the model."""
+    import tempfile
+
     import pyonmttok
 
-    from opennmt_lite.data.tokenizers import OpenNMTTokenizer
+    from opennmt_lite.data.tokenizers import OpenNMTTokenizer, check_trained_model
     from opennmt_lite.data.vocab_builder import count_tokens
 
     if args.min_frequency > 1:
@@ -311,25 +370,43 @@ def _sentencepiece_vocabulary(args, specials):
     for path in args.data:
         if not os.path.isfile(path):
             raise ArgumentError(f"data file not found: {path}")
-    try:
-        learner = pyonmttok.SentencePieceLearner(
-            tokenizer=tokenizer.tokenizer if tokenizer is not None else None,
-            keep_vocab=True, vocab_size=size, **options)
-        for path in args.data:
-            learner.ingest_file(path)
-        learner.learn(args.save_vocab, verbose=False)
-    except (TypeError, ValueError, RuntimeError) as error:
-        raise ArgumentError(f"--sentencepiece: SentencePiece training failed: "
-                            f"{str(error).splitlines()[0]}") from None
-    if tokenizer is None:
-        pieces = _saved_vocabulary(args.save_vocab + ".vocab", "sentencepiece")
-        frequencies = dict.fromkeys(specials, math.inf)
-        for piece in pieces:
-            frequencies.setdefault(piece, 1)
-        return list(frequencies)
-    with_model = OpenNMTTokenizer({**tokenizer.options, "sp_model_path": args.save_vocab + ".model"},
+    # SentencePiece writes <prefix>.model and <prefix>.vocab itself: into a new directory beside
+    # them, checked whole, then the model staged for its rename (the vocabulary is ours).
+    directory = os.path.dirname(os.path.abspath(args.save_vocab))
+    with tempfile.TemporaryDirectory(prefix=f".{os.path.basename(args.save_vocab)}-",
+                                     dir=directory) as training:
+        prefix = os.path.join(training, os.path.basename(args.save_vocab))
+        try:
+            learner = pyonmttok.SentencePieceLearner(
+                tokenizer=tokenizer.tokenizer if tokenizer is not None else None,
+                keep_vocab=True, vocab_size=size, **options)
+            for path in args.data:
+                learner.ingest_file(path)
+            learner.learn(prefix, verbose=False)
+        except (TypeError, ValueError, RuntimeError) as error:
+            if not os.path.isfile(prefix + ".model"):  # (else a write cut short: checked below)
+                raise ArgumentError(f"--sentencepiece: SentencePiece training failed: "
+                                    f"{str(error).splitlines()[0]}") from None
+        model = staging.path(args.save_vocab + ".model")
+        try:
+            os.replace(prefix + ".model", model)
+        except OSError as error:  # (named by the file it was to become)
+            raise OSError(error.errno, error.strerror, args.save_vocab + ".model") from None
+        check_trained_model(model, prefix + ".vocab", args.save_vocab)
+        if tokenizer is None:
+            pieces = _saved_vocabulary(prefix + ".vocab", "sentencepiece")
+            frequencies = dict.fromkeys(specials, math.inf)
+            for piece in pieces:
+                frequencies.setdefault(piece, 1)
+            return list(frequencies)
+    with_model = OpenNMTTokenizer({**tokenizer.options, "sp_model_path": model},
                                   name="--tokenizer_config")
     frequencies = dict.fromkeys(specials, math.inf)
     for token, count in count_tokens(args.data, tokenizer=with_model).items():
         frequencies[token] = frequencies.get(token, 0) + count
     return _prune(frequencies, size=size)
+
+
+# Each command's parser, by its name (tests/test_hostile_battery.py draws its cases from them).
+PARSERS = {"onmt-build-vocab": build_vocab_parser, "onmt-tokenize-text": tokenize_text_parser,
+           "onmt-detokenize-text": detokenize_text_parser, "onmt-merge-config": merge_config_parser}
