@@ -1,7 +1,7 @@
 """The Transformer decoder: OpenNMT-tf's SelfAttentionDecoder."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers import fast_paths
@@ -9,15 +9,15 @@ from opennmt_lite.layers.common import Dense
 from opennmt_lite.layers.fast_paths import DecodingCache
 from opennmt_lite.layers.position import absolute_positions
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
-from opennmt_lite.models.stack import TransformerStack
+from opennmt_lite.models.stack import TransformerStack, sequence_mask
 from opennmt_lite.recorder import record, recording_scope
 
 
 def future_mask(sequence_length, maximum_length):
     """[batch, time, time] float mask: query i may attend key j iff j <= i and j < length."""
-    causal = tf.linalg.band_part(tf.ones([maximum_length, maximum_length]), -1, 0)
-    keys = tf.sequence_mask(sequence_length, maxlen=maximum_length, dtype=tf.float32)
-    return causal[tf.newaxis, :, :] * keys[:, tf.newaxis, :]
+    causal = ops.tril(ops.ones((maximum_length, maximum_length)))
+    keys = sequence_mask(sequence_length, maximum_length)
+    return ops.expand_dims(causal, 0) * ops.expand_dims(keys, 1)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -96,9 +96,9 @@ class SelfAttentionDecoder(TransformerStack):
         memory_sequence_length=None,
         training=None,
     ):
-        time = tf.shape(inputs)[1]
+        time = ops.shape(inputs)[1]
         if sequence_length is None:
-            sequence_length = tf.fill([tf.shape(inputs)[0]], time)
+            sequence_length = ops.full((ops.shape(inputs)[0],), time, dtype="int32")
         attention_mask = future_mask(sequence_length, time)
         memory_mask = self._memory_mask(memory, memory_sequence_length)
         logits, _, attention = self._run(
@@ -109,7 +109,7 @@ class SelfAttentionDecoder(TransformerStack):
     def _memory_mask(self, memory, memory_sequence_length):
         if memory_sequence_length is None:
             return None
-        return tf.sequence_mask(memory_sequence_length, maxlen=tf.shape(memory)[1], dtype=tf.float32)
+        return sequence_mask(memory_sequence_length, ops.shape(memory)[1])
 
     def initial_state(self, memory, memory_sequence_length=None):
         """Decoding state: per layer, empty self-attention keys/values and the projected memory.
@@ -120,9 +120,9 @@ class SelfAttentionDecoder(TransformerStack):
         [capacity, batch, heads, depth / heads] instead, and "self_kv_index" [batch, time] int32
         lists the buffer slots of each row's positions: then beam search reorders only that index.
         """
-        batch = tf.shape(memory)[0]
+        batch = ops.shape(memory)[0]
         heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
-        empty = tf.zeros([batch, heads, 0, units // heads], memory.dtype)
+        empty = ops.zeros((batch, heads, 0, units // heads), memory.dtype)
         state = {
             "memory": memory,
             "memory_mask": self._memory_mask(memory, memory_sequence_length),
@@ -130,7 +130,7 @@ class SelfAttentionDecoder(TransformerStack):
         }
         if fast_paths.enabled():
             empty = DecodingCache.empty_buffer(batch, heads, units // heads, memory.dtype)
-            state["self_kv_index"] = tf.zeros([batch, 0], tf.int32)
+            state["self_kv_index"] = ops.zeros((batch, 0), "int32")
         for layer in self.layers:
             memory_kv = layer.attention[0].layer.project_kv(memory)
             state["layers"].append({"self_kv": (empty, empty), "memory_kv": memory_kv})
@@ -148,7 +148,7 @@ class SelfAttentionDecoder(TransformerStack):
             layers = [dict(layer, self_kv=tuple(buffers[2 * i:2 * i + 2]))
                       for i, layer in enumerate(layers)]
         logits, layers, attention = self._run(
-            inputs[:, tf.newaxis, :],
+            ops.expand_dims(inputs, 1),
             None,
             state["memory"],
             state["memory_mask"],
