@@ -10,7 +10,10 @@ does that from a test and loads the results. The jobs:
   failure, per case), and each case's float32 outputs and gradients with the weights of
   `case_values` (arrays `<case>/outputs/<i>`, `<case>/gradients/<i>`);
 - `parity`: OpenNMT-tf's fixture model (tests/fixtures/onmt_tf_relative) on the fixture's
-  batch: `fixture_values` (encoder outputs per layer, logits, alignment, incremental steps).
+  batch: `fixture_values` (encoder outputs per layer, logits, alignment, incremental steps);
+- `decoding`: the fixture's 100 test sentences translated with beam 1 and beam 4 by the
+  portable loop under `jax.jit` (results.json: {"beam1": [[score, pieces, length], ...],
+  "beam4": ...}).
 """
 
 import json
@@ -102,6 +105,55 @@ def fixture_values():
     return {k: keras.ops.convert_to_numpy(v) for k, v in values.items()}
 
 
+def fixture_model():
+    from opennmt_lite.checkpointing.onmt_names import load_onmt_model
+    from opennmt_lite.hyperparameters import ModelHyperparameters
+    from opennmt_lite.models import Transformer
+
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=64, num_heads=2,
+                                             ffn_inner_dim=128, maximum_relative_position=8),
+                        801, 801)
+    load_onmt_model(str(TESTS / "fixtures" / "onmt_tf_relative"), model)
+    return model
+
+
+def fixture_translations(beam_widths=(1, 4), batch_size=16, maximum_length=250):
+    """{"beam<k>": [(score, pieces, length)]} of the fixture's 100 test sentences, translated
+    by `portable_decoding` in batches of `batch_size` in file order (as OpenNMT-tf's files were
+    made), each batch padded to the longest source of the file and to `batch_size` rows (padded
+    rows and positions are masked), so that `jax.jit` compiles once per beam width."""
+    from opennmt_lite.data.vocab import Vocabulary
+    from opennmt_lite.inference import portable_decoding
+    from opennmt_lite.inference.decoding import DecodingOptions
+
+    fixture = TESTS / "fixtures" / "onmt_tf_relative"
+    model = fixture_model()
+    source_vocab = Vocabulary.from_file(fixture / "src-vocab.txt")
+    target_vocab = Vocabulary.from_file(fixture / "tgt-vocab.txt")
+    sentences = [line.split() for line in
+                 (fixture / "test.first100.tok.en").read_text(encoding="utf-8").splitlines()]
+    width = max(len(tokens) for tokens in sentences)
+    results = {}
+    for beam_width in beam_widths:
+        translate = portable_decoding.translation_function(model, DecodingOptions(
+            beam_width=beam_width, maximum_decoding_length=maximum_length))
+        lines = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = sentences[start:start + batch_size]
+            ids = np.zeros([batch_size, width], np.int32)
+            lengths = np.ones([batch_size], np.int32)
+            for row, tokens in enumerate(chunk):
+                ids[row, :len(tokens)] = source_vocab.lookup(tokens)
+                lengths[row] = len(tokens)
+            tokens, hyp_lengths, scores = translate(ids, lengths)
+            for row in range(len(chunk)):
+                length = int(hyp_lengths[row, 0])
+                pieces = " ".join(target_vocab.to_tokens(tokens[row, 0, :length]))
+                lines.append((float(scores[row, 0]), pieces, length))
+        results[f"beam{beam_width}"] = lines
+    return results
+
+
 def main(job, directory):
     import keras
 
@@ -128,6 +180,8 @@ def main(job, directory):
         (directory / "results.json").write_text(json.dumps(results))
     elif job == "parity":
         arrays = fixture_values()
+    elif job == "decoding":
+        (directory / "results.json").write_text(json.dumps(fixture_translations()))
     else:
         raise SystemExit(f"unknown job {job!r}")
     np.savez(directory / "arrays.npz", **arrays)

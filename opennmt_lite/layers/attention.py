@@ -107,7 +107,11 @@ class MultiHeadAttention(keras.layers.Layer):
          positions=None: [time_q] int32, the queries' absolute positions, read by relative
          positions (None: 0 .. time_q - 1, a whole sequence without cache),
          cache_index=None: with a cache of `DecodingCache` buffers (the decoding fast path),
-         [batch, time_k] int32, the buffer slots of the keys/values to attend to)
+         [batch, time_k] int32, the buffer slots of the keys/values to attend to,
+         cache_slot=None: with a cache of fixed-size buffers [batch, heads, capacity, depth /
+         heads] (the portable decoding cache, for compiled loops), the int32 time slot where
+         the one new position's keys/values are written; the keys are then every slot, and
+         `attention_mask` must hide the slots not yet written)
     -> (outputs [batch, time_q, depth], (keys, values)[, attention [batch, heads, time_q, time_k]])
 
     In self-attention the cache holds the projected keys/values of earlier positions and grows by
@@ -173,7 +177,7 @@ class MultiHeadAttention(keras.layers.Layer):
         return keys, values
 
     def call(self, inputs, memory=None, attention_mask=None, cache=None, positions=None,
-             training=None, cache_index=None):
+             training=None, cache_index=None, cache_slot=None):
         queries = split_heads(self.linear_queries(inputs), self.num_heads)
         queries *= ops.cast(self.num_units_per_head**-0.5, queries.dtype)
         new_cache = None
@@ -183,6 +187,9 @@ class MultiHeadAttention(keras.layers.Layer):
                 new_cache = tuple(DecodingCache.write(buffer, new, positions[0])
                                   for buffer, new in zip(cache, (keys, values)))
                 keys, values = (DecodingCache.read(buffer, cache_index) for buffer in new_cache)
+            elif cache is not None and cache_slot is not None:
+                keys = ops.slice_update(cache[0], (0, 0, cache_slot, 0), keys)
+                values = ops.slice_update(cache[1], (0, 0, cache_slot, 0), values)
             elif cache is not None:
                 keys = ops.concatenate([cache[0], keys], axis=2)
                 values = ops.concatenate([cache[1], values], axis=2)

@@ -199,7 +199,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
          cache: {"self_kv": (k, v), "memory_kv": (k, v)} for step-by-step decoding,
          positions [time] (absolute, for relative positions; None: 0 .. time - 1),
          cache_index: the self-attention's `cache_index` when "self_kv" holds `DecodingCache`
-         buffers (see MultiHeadAttention))
+         buffers, or cache_slot when it holds fixed-size buffers (see MultiHeadAttention))
     -> (outputs [batch, time, depth], new cache, attention over memory [batch, heads, time, src_time])
 
     `attention` is a list with one wrapper per source, as in OpenNMT-tf (checkpoint path
@@ -234,6 +234,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
         positions=None,
         training=None,
         cache_index=None,
+        cache_slot=None,
     ):
         cache = cache or {}
         with recording_scope("self_attention"):
@@ -244,6 +245,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
                 positions=positions,
                 training=training,
                 cache_index=cache_index,
+                cache_slot=cache_slot,
             )
         with recording_scope("attention"):
             outputs, memory_kv, attention = self.attention[0](
