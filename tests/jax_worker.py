@@ -11,9 +11,9 @@ does that from a test and loads the results. The jobs:
   `case_values` (arrays `<case>/outputs/<i>`, `<case>/gradients/<i>`);
 - `parity`: OpenNMT-tf's fixture model (tests/fixtures/onmt_tf_relative) on the fixture's
   batch: `fixture_values` (encoder outputs per layer, logits, alignment, incremental steps);
-- `decoding`: the fixture's 100 test sentences translated with beam 1 and beam 4 by the
-  portable loop under `jax.jit` (results.json: {"beam1": [[score, pieces, length], ...],
-  "beam4": ...}).
+- `decoding`: the fixture's 100 test sentences translated by the portable loop under `jax.jit`
+  with the settings of `DECODINGS` (results.json: {name: [[score, pieces, length], ...]}, n_best
+  lines per sentence).
 """
 
 import json
@@ -117,11 +117,22 @@ def fixture_model():
     return model
 
 
-def fixture_translations(beam_widths=(1, 4), batch_size=16, maximum_length=250):
-    """{"beam<k>": [(score, pieces, length)]} of the fixture's 100 test sentences, translated
-    by `portable_decoding` in batches of `batch_size` in file order (as OpenNMT-tf's files were
-    made), each batch padded to the longest source of the file and to `batch_size` rows (padded
-    rows and positions are masked), so that `jax.jit` compiles once per beam width."""
+# The fixture's OpenNMT-tf translations that the `decoding` job reproduces: the file's tag
+# (tests/fixtures/onmt_tf_relative/pred.first100.<tag>.tok.de) -> the decoding options.
+DECODINGS = {
+    "beam1.scores": dict(beam_width=1),
+    "beam4.nbest4.scores": dict(beam_width=4, n_best=4),  # (its first lines: beam4.scores)
+    "beam4.coverage0.2.length0.6.scores": dict(beam_width=4, coverage_penalty=0.2,
+                                               length_penalty=0.6),
+}
+
+
+def fixture_translations(batch_size=16, maximum_length=250):
+    """{tag: [(score, pieces, length)]} of the fixture's 100 test sentences for each of
+    `DECODINGS`, translated by `portable_decoding` in batches of `batch_size` in file order (as
+    OpenNMT-tf's files were made), each batch padded to the longest source of the file and to
+    `batch_size` rows (padded rows and positions are masked), so that `jax.jit` compiles once
+    per setting."""
     from opennmt_lite.data.vocab import Vocabulary
     from opennmt_lite.inference import portable_decoding
     from opennmt_lite.inference.decoding import DecodingOptions
@@ -134,9 +145,9 @@ def fixture_translations(beam_widths=(1, 4), batch_size=16, maximum_length=250):
                  (fixture / "test.first100.tok.en").read_text(encoding="utf-8").splitlines()]
     width = max(len(tokens) for tokens in sentences)
     results = {}
-    for beam_width in beam_widths:
+    for tag, options in DECODINGS.items():
         translate = portable_decoding.translation_function(model, DecodingOptions(
-            beam_width=beam_width, maximum_decoding_length=maximum_length))
+            maximum_decoding_length=maximum_length, **options))
         lines = []
         for start in range(0, len(sentences), batch_size):
             chunk = sentences[start:start + batch_size]
@@ -147,10 +158,11 @@ def fixture_translations(beam_widths=(1, 4), batch_size=16, maximum_length=250):
                 lengths[row] = len(tokens)
             tokens, hyp_lengths, scores = translate(ids, lengths)
             for row in range(len(chunk)):
-                length = int(hyp_lengths[row, 0])
-                pieces = " ".join(target_vocab.to_tokens(tokens[row, 0, :length]))
-                lines.append((float(scores[row, 0]), pieces, length))
-        results[f"beam{beam_width}"] = lines
+                for hypothesis in range(tokens.shape[1]):
+                    length = int(hyp_lengths[row, hypothesis])
+                    pieces = " ".join(target_vocab.to_tokens(tokens[row, hypothesis, :length]))
+                    lines.append((float(scores[row, hypothesis]), pieces, length))
+        results[tag] = lines
     return results
 
 

@@ -10,9 +10,9 @@ maximum_length)`, the slots after the current step masked) and the tokens go to 
 [rows, maximum_decoding_length] history. `translation_function` compiles the whole translation
 (encoder, loop) with `jax.jit`, once per shape of its inputs.
 
-Options supported: beam_width, n_best, length_penalty, minimum_decoding_length,
-maximum_decoding_length. The others (coverage penalty, sampling, alignments, sequence controls)
-are still TensorFlow's (`decoding.py`): asking for them raises ValueError.
+Options supported: beam_width, n_best, length_penalty, coverage_penalty, minimum_decoding_length,
+maximum_decoding_length. The others (sampling, alignments, `replace_unknown_target`, sequence
+controls) are still TensorFlow's (`decoding.py`): asking for sampling raises ValueError.
 """
 
 import numpy as np
@@ -23,8 +23,6 @@ from opennmt_lite.inference.decoding import END_ID, END_PENALTY, FLOAT32_MAX, PA
 
 def check_options(options):
     """Raises ValueError naming the first option this loop does not implement."""
-    if options.coverage_penalty and options.beam_width > 1:
-        raise ValueError("coverage_penalty is not implemented by the portable decoding loop")
     if options.sampling_topk != 1:
         raise ValueError("sampling is not implemented by the portable decoding loop")
 
@@ -35,6 +33,7 @@ def translate(model, source_ids, source_length, options):
     batch * beam_width (see `finalize`). Traceable by `jax.jit` (shapes fixed by the inputs')."""
     check_options(options)
     beam_width, maximum_length = int(options.beam_width), int(options.maximum_decoding_length)
+    coverage_penalty = options.coverage_penalty if beam_width > 1 else 0.0
     source_ids = ops.cast(source_ids, "int32")
     source_length = ops.cast(source_length, "int32")
     batch = source_ids.shape[0]
@@ -53,6 +52,8 @@ def translate(model, source_ids, source_length, options):
         "history": ops.zeros((rows, maximum_length), "int32"),
         "state": state,
     }
+    if coverage_penalty:  # the attention accumulated over the source, [rows, src_time]
+        loop["coverage"] = ops.zeros((rows, memory.shape[1]), "float32")
 
     def keep_going(loop):
         return ops.logical_and(loop["step"] < maximum_length,
@@ -61,7 +62,7 @@ def translate(model, source_ids, source_length, options):
     def one_step(loop):
         step, finished, scores, lengths = (loop["step"], loop["finished"], loop["scores"],
                                            loop["lengths"])
-        logits, state, _ = model.decoder.step(model.target_inputter(loop["ids"]), step,
+        logits, state, attention = model.decoder.step(model.target_inputter(loop["ids"]), step,
                                               loop["state"], training=False, fixed_cache=True)
         log_probs = next_token_log_probs(logits, step, finished, options.minimum_decoding_length)
         vocab_size = log_probs.shape[1]
@@ -73,6 +74,11 @@ def translate(model, source_ids, source_length, options):
             if options.length_penalty != 0:
                 ranking = ranking / ops.expand_dims(
                     length_penalty(lengths + 1, options.length_penalty), 1)
+            if coverage_penalty:
+                coverage = loop["coverage"] + ops.where(
+                    ops.expand_dims(finished, 1), 0.0, ops.cast(attention, "float32"))
+                ranking = ranking + coverage_penalty * ops.expand_dims(
+                    coverage_penalty_term(coverage, finished), 1)
         ranking = ops.reshape(ranking, (batch, beam_width * vocab_size))
         _, best = ops.top_k(ranking, k=beam_width)  # sorted; lower index first on ties
         best_totals = ops.take_along_axis(
@@ -100,6 +106,8 @@ def translate(model, source_ids, source_length, options):
             "history": history,
             "state": dict(state, layers=layers),
         }
+        if coverage_penalty:
+            new_loop["coverage"] = ops.take(coverage, parents, axis=0)
         return (new_loop,)
 
     (loop,) = ops.while_loop(keep_going, one_step, (loop,))
@@ -121,6 +129,15 @@ def next_token_log_probs(logits, step, finished, minimum_decoding_length):
 def length_penalty(length, alpha):
     """GNMT length penalty ((5 + length) / 6) ** alpha."""
     return ops.power((5.0 + ops.cast(length, "float32")) / 6.0, alpha)
+
+
+def coverage_penalty_term(coverage, finished):
+    """sum_j log(min(coverage_j, 1)) of the rows already `finished` (0 for the others),
+    coverage [rows, src_time] -> [rows]; positions never attended (0) count as log 1 (as
+    `decoding._coverage_penalty`)."""
+    coverage = ops.where(coverage == 0.0, 1.0, coverage)
+    penalty = ops.sum(ops.log(ops.minimum(coverage, 1.0)), axis=1)
+    return penalty * ops.cast(finished, "float32")
 
 
 def finalize(history, scores, steps, batch, beam_width, n_best):
