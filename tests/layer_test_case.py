@@ -137,7 +137,7 @@ def layer_gradients(layer, input_data, call_kwargs, seed=7):
     def loss(trainable, non_trainable):
         return weighted_sum(_stateless(layer, trainable, non_trainable, input_data, call_kwargs))
 
-    gradients = jax.grad(loss)([v.value for v in layer.trainable_variables],
+    gradients = jax.jit(jax.grad(loss))([v.value for v in layer.trainable_variables],
                                [v.value for v in layer.non_trainable_variables])
     return [np.asarray(g) for g in gradients]
 
