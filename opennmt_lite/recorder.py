@@ -8,19 +8,27 @@ Layers call `record(name, tensor)` where they compute something worth showing, a
 child's call in `recording_scope("layers/0")`, so that names follow the layer tree. Both are no-ops
 when nothing is recording, so layers have no recording arguments and run the same code either way.
 
-Recording happens in eager calls only. Inside a `tf.function` (and in Keras' symbolic calls,
-`keras.Input` or `compute_output_spec`) `record` does nothing: a graph tensor cannot be used
-outside its graph, and the function's Python code runs once, when it is traced, not on each call.
-To inspect a computation, call it eagerly inside `recording()`.
+Recording happens in eager calls only. Inside a `tf.function` or under `jax.jit` (and in Keras'
+symbolic calls, `keras.Input` or `compute_output_spec`) `record` does nothing: a graph tensor or a
+JAX tracer cannot be used outside its trace, and the function's Python code runs once, when it is
+traced, not on each call. To inspect a computation, call it eagerly inside `recording()`.
 
-This module sits at the bottom of the package (it imports only TensorFlow), so that the layers and
-models can record without importing `opennmt_lite.inspection`, which shows what was recorded.
+This module sits at the bottom of the package (it imports only Keras and its backend), so that the
+layers and models can record without importing `opennmt_lite.inspection`, which shows what was
+recorded. It works on Keras' TensorFlow and JAX backends.
 """
 
 import contextlib
 import threading
 
-import tensorflow as tf
+import keras
+
+# TensorFlow says whether it runs eagerly; JAX tells a traced value by its type.
+_BACKEND = keras.backend.backend()
+if _BACKEND == "tensorflow":
+    import tensorflow as tf
+elif _BACKEND == "jax":
+    import jax
 
 # Per thread, so that work running on other threads (parallel sub-batches, tf.data) neither sees
 # nor disturbs a recording.
@@ -43,7 +51,7 @@ class Recording(dict):
 
     def numpy(self):
         """The recorded tensors as NumPy arrays, in recording order."""
-        return {name: value.numpy() for name, value in self.items()}
+        return {name: keras.ops.convert_to_numpy(value) for name, value in self.items()}
 
 
 @contextlib.contextmanager
@@ -75,8 +83,19 @@ def recording_scope(name):
 
 
 def is_recording():
-    """True when a `record` call here would keep its tensor (eager, inside `recording()`)."""
-    return bool(_stack("recordings")) and tf.executing_eagerly()
+    """True when a `record` call here would keep its tensor (inside `recording()`, and on
+    TensorFlow eager; on JAX `record` then drops a traced value)."""
+    if not _stack("recordings"):
+        return False
+    return tf.executing_eagerly() if _BACKEND == "tensorflow" else True
+
+
+def _traced(value):
+    """Whether `value` is a symbolic or traced stand-in rather than an array (JAX, other backends;
+    TensorFlow's graphs are excluded by `is_recording`)."""
+    if keras.backend.is_keras_tensor(value):
+        return True
+    return _BACKEND == "jax" and isinstance(value, jax.core.Tracer)
 
 
 def record(name, value):
@@ -90,5 +109,7 @@ def record(name, value):
     tensors = _local.recordings[-1]
     if callable(value):
         value = value()
+    if _BACKEND != "tensorflow" and _traced(value):
+        return
     scopes = _local.scopes[tensors.scope_depth:]
     tensors["/".join(scopes + [name])] = value

@@ -1,28 +1,48 @@
 """Multi-head attention with optional relative position representations (Shaw et al., 2018)."""
 
+import warnings
+
 import keras
-import tensorflow as tf
+import numpy as np
+from keras import ops
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers.common import Dense, apply_dropout, einsum, make_seed_generator, matmul
 from opennmt_lite.layers.fast_paths import DecodingCache
 from opennmt_lite.recorder import record
 
+# The masked logits' value: the most negative float32, as in OpenNMT-tf (not -inf, which would
+# give NaN on rows with nothing to attend to).
+MASKED_LOGIT = float(np.finfo(np.float32).min)
+
 
 def split_heads(x, num_heads):
     """[batch, time, depth] -> [batch, heads, time, depth / heads]."""
-    batch, time = tf.shape(x)[0], tf.shape(x)[1]
+    batch, time = ops.shape(x)[0], ops.shape(x)[1]
     depth = x.shape[-1]
-    x = tf.reshape(x, [batch, time, num_heads, depth // num_heads])
-    return tf.transpose(x, [0, 2, 1, 3])
+    x = ops.reshape(x, (batch, time, num_heads, depth // num_heads))
+    return ops.transpose(x, (0, 2, 1, 3))
 
 
 def combine_heads(x):
     """[batch, heads, time, depth_per_head] -> [batch, time, heads * depth_per_head]."""
-    batch, time = tf.shape(x)[0], tf.shape(x)[2]
+    batch, time = ops.shape(x)[0], ops.shape(x)[2]
     heads, depth = x.shape[1], x.shape[3]
-    x = tf.transpose(x, [0, 2, 1, 3])
-    return tf.reshape(x, [batch, time, heads * depth])
+    x = ops.transpose(x, (0, 2, 1, 3))
+    return ops.reshape(x, (batch, time, heads * depth))
+
+
+def softmax(logits):
+    """Softmax over the last axis of `logits` [..., time_k] (tf.nn.softmax on TensorFlow).
+
+    keras.ops warns about an axis of size 1, which attention meets at the first decoding step
+    (one key): there the result is right (1), so the warning is silenced.
+    """
+    if logits.shape[-1] != 1:
+        return ops.softmax(logits, axis=-1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ops.softmax(logits, axis=-1)
 
 
 def relative_positions(query_positions, num_keys, maximum_position):
@@ -34,9 +54,9 @@ def relative_positions(query_positions, num_keys, maximum_position):
     clipped to [-maximum_position, maximum_position] and shifted by maximum_position, so that it
     indexes the 2 * maximum_position + 1 rows of the tables.
     """
-    key_positions = tf.range(num_keys)
-    distance = key_positions[tf.newaxis, :] - query_positions[:, tf.newaxis]
-    distance = tf.clip_by_value(distance, -maximum_position, maximum_position)
+    key_positions = ops.arange(num_keys, dtype="int32")
+    distance = ops.expand_dims(key_positions, 0) - ops.expand_dims(query_positions, 1)
+    distance = ops.clip(distance, -maximum_position, maximum_position)
     return distance + maximum_position
 
 
@@ -51,15 +71,16 @@ def relative_logits(queries, relative_keys, positions):
     broadcast form runs batch * heads thin products, and its gradient for the table a batched
     product reduced afterwards.)
     """
-    batch, heads, time_q = tf.shape(queries)[0], tf.shape(queries)[1], tf.shape(queries)[2]
-    time_k = tf.shape(positions)[1]
-    window = tf.shape(relative_keys)[0]
-    flat_queries = tf.reshape(queries, [-1, queries.shape[-1]])
+    batch, heads, time_q = ops.shape(queries)[0], ops.shape(queries)[1], ops.shape(queries)[2]
+    time_k = ops.shape(positions)[1]
+    window = relative_keys.shape[0]
+    flat_queries = ops.reshape(queries, (-1, queries.shape[-1]))
     scores = matmul(flat_queries, relative_keys, transpose_b=True)  # [batch*heads*time_q, 2k+1]
-    scores = tf.reshape(scores, [batch * heads, time_q * window])
-    index = tf.range(time_q)[:, tf.newaxis] * window + positions  # row i's own scores
-    logits = tf.gather(scores, tf.reshape(index, [-1]), axis=1)
-    return tf.reshape(logits, [batch, heads, time_q, time_k])
+    scores = ops.reshape(scores, (batch * heads, time_q * window))
+    # row i's own scores
+    index = ops.expand_dims(ops.arange(time_q, dtype="int32"), 1) * window + positions
+    logits = ops.take(scores, ops.reshape(index, (-1,)), axis=1)
+    return ops.reshape(logits, (batch, heads, time_q, time_k))
 
 
 def relative_context(attention, relative_values, positions):
@@ -69,11 +90,11 @@ def relative_context(attention, relative_values, positions):
     positions [time_q, time_k] -> [batch, heads, time_q, depth]. The attention weights are first
     summed per distance bucket ([..., 2k+1]), then multiplied by the table (one 2-D matmul).
     """
-    window = tf.shape(relative_values)[0]
-    one_hot = tf.one_hot(positions, window, dtype=attention.dtype)
+    window = relative_values.shape[0]
+    one_hot = ops.one_hot(positions, window, dtype=attention.dtype)
     buckets = einsum("bhij,ijr->bhir", attention, one_hot)
-    context = matmul(tf.reshape(buckets, [-1, window]), relative_values)
-    return tf.reshape(context, tf.concat([tf.shape(attention)[:3], [relative_values.shape[-1]]], 0))
+    context = matmul(ops.reshape(buckets, (-1, window)), relative_values)
+    return ops.reshape(context, tuple(ops.shape(attention)[:3]) + (relative_values.shape[-1],))
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -86,7 +107,11 @@ class MultiHeadAttention(keras.layers.Layer):
          positions=None: [time_q] int32, the queries' absolute positions, read by relative
          positions (None: 0 .. time_q - 1, a whole sequence without cache),
          cache_index=None: with a cache of `DecodingCache` buffers (the decoding fast path),
-         [batch, time_k] int32, the buffer slots of the keys/values to attend to)
+         [batch, time_k] int32, the buffer slots of the keys/values to attend to,
+         cache_slot=None: with a cache of fixed-size buffers [batch, heads, capacity, depth /
+         heads] (the portable decoding cache, for compiled loops), the int32 time slot where
+         the one new position's keys/values are written; the keys are then every slot, and
+         `attention_mask` must hide the slots not yet written)
     -> (outputs [batch, time_q, depth], (keys, values)[, attention [batch, heads, time_q, time_k]])
 
     In self-attention the cache holds the projected keys/values of earlier positions and grows by
@@ -152,9 +177,9 @@ class MultiHeadAttention(keras.layers.Layer):
         return keys, values
 
     def call(self, inputs, memory=None, attention_mask=None, cache=None, positions=None,
-             training=None, cache_index=None):
+             training=None, cache_index=None, cache_slot=None):
         queries = split_heads(self.linear_queries(inputs), self.num_heads)
-        queries *= tf.cast(self.num_units_per_head**-0.5, queries.dtype)
+        queries *= ops.cast(self.num_units_per_head**-0.5, queries.dtype)
         new_cache = None
         if memory is None:
             keys, values = self.project_kv(inputs)
@@ -162,9 +187,12 @@ class MultiHeadAttention(keras.layers.Layer):
                 new_cache = tuple(DecodingCache.write(buffer, new, positions[0])
                                   for buffer, new in zip(cache, (keys, values)))
                 keys, values = (DecodingCache.read(buffer, cache_index) for buffer in new_cache)
+            elif cache is not None and cache_slot is not None:
+                keys = ops.slice_update(cache[0], (0, 0, cache_slot, 0), keys)
+                values = ops.slice_update(cache[1], (0, 0, cache_slot, 0), values)
             elif cache is not None:
-                keys = tf.concat([cache[0], keys], axis=2)
-                values = tf.concat([cache[1], values], axis=2)
+                keys = ops.concatenate([cache[0], keys], axis=2)
+                values = ops.concatenate([cache[1], values], axis=2)
         elif cache is not None:
             keys, values = cache
         else:
@@ -181,37 +209,37 @@ class MultiHeadAttention(keras.layers.Layer):
                 raise ValueError("relative position representations need self-attention")
             if positions is None and cache is not None:
                 raise ValueError("relative positions with a cache need the queries' positions")
-            query_positions = tf.range(tf.shape(queries)[2]) if positions is None else positions
+            query_positions = (ops.arange(ops.shape(queries)[2], dtype="int32")
+                               if positions is None else positions)
             # (from here on, `positions` are the [time_q, time_k] indices into the tables)
             positions = relative_positions(
-                query_positions, tf.shape(keys)[2], self.maximum_relative_position
+                query_positions, ops.shape(keys)[2], self.maximum_relative_position
             )
-            relative_keys = tf.cast(self.relative_position_keys, queries.dtype)
-            relative_values = tf.cast(self.relative_position_values, queries.dtype)
+            relative_keys = ops.cast(self.relative_position_keys, queries.dtype)
+            relative_values = ops.cast(self.relative_position_values, queries.dtype)
             relative_scores = relative_logits(queries, relative_keys, positions)
             record("relative_positions", positions)
             # The representations of each (query, key) pair, [time_q, time_k, depth]: computed
             # only for a recording (the math above uses the tables directly).
-            record("relative_keys", lambda: tf.gather(relative_keys, positions))
-            record("relative_values", lambda: tf.gather(relative_values, positions))
+            record("relative_keys", lambda: ops.take(relative_keys, positions, axis=0))
+            record("relative_values", lambda: ops.take(relative_values, positions, axis=0))
             record("content_logits", logits)
             record("relative_logits", relative_scores)
             logits += relative_scores
         record("logits", logits)
 
-        # Masking and softmax run in float32 whatever the compute dtype: the mask value is the
-        # most negative float32, as in OpenNMT-tf (not -inf, which would give NaN on empty rows).
-        logits = tf.cast(logits, tf.float32)
+        # Masking and softmax run in float32 whatever the compute dtype, with MASKED_LOGIT.
+        logits = ops.cast(logits, "float32")
         if attention_mask is not None:
-            mask = tf.cast(attention_mask, tf.float32)
-            # (expand_dims, not [:, tf.newaxis]: TFLite has no kernel for that strided slice)
-            if mask.shape.rank == 2:
-                mask = tf.expand_dims(mask, 1)  # same mask for every query
-            mask = tf.expand_dims(mask, 1)  # same mask for every head
-            logits = logits * mask + (1.0 - mask) * tf.float32.min
-        attention = tf.nn.softmax(logits)
+            mask = ops.cast(attention_mask, "float32")
+            # (expand_dims, not [:, None]: TFLite has no kernel for that strided slice)
+            if len(mask.shape) == 2:
+                mask = ops.expand_dims(mask, 1)  # same mask for every query
+            mask = ops.expand_dims(mask, 1)  # same mask for every head
+            logits = logits * mask + (1.0 - mask) * MASKED_LOGIT
+        attention = softmax(logits)
         record("attention", attention)
-        attention = tf.cast(attention, queries.dtype)
+        attention = ops.cast(attention, queries.dtype)
         dropped_attention = apply_dropout(attention, self.dropout, self.dropout_seed, training)
 
         heads = matmul(dropped_attention, values)

@@ -1,17 +1,17 @@
 """Building blocks shared by every Transformer sub-layer: Dense, LayerNorm, LayerWrapper, and the
 matrix products and dropout every layer uses.
 
-All layers compute with TensorFlow ops (this project is TensorFlow-only: tf.data, SavedModel and
-tf.distribute are part of the contract) and follow the Keras 3 layer protocol: hyper-parameters in
+The layers are written in `keras.ops` and `keras.random`, so that the same classes run on Keras'
+TensorFlow and JAX backends, and follow the Keras 3 layer protocol: hyper-parameters in
 `__init__`, weights in `build`, math in `call`, `get_config` for serialization. As in keras-hub,
 every sub-layer is created with `dtype=self.dtype_policy`, so that a layer built with
 `dtype="mixed_bfloat16"` computes in bfloat16 all the way down, whatever the global policy.
 Layers `record` their intermediate tensors (see opennmt_lite.recorder).
 
-Model and speed: the lines here are the model, written as the plain formulas (keras.ops where it
-costs nothing, TensorFlow ops where the op's form matters to the graph optimizer). A formula that
-TensorFlow computes faster or leaner in another form asks `fast_paths.enabled()` and, when it is,
-hands its operands to `opennmt_lite.layers.fast_paths` (measurements there):
+Model and speed: the lines here are the model, written as the plain formulas. On the TensorFlow
+backend a formula that TensorFlow computes faster or leaner in another form asks
+`fast_paths.enabled()` (always False on another backend) and, when it is, hands its operands to
+`opennmt_lite.layers.fast_paths` (measurements there):
   - `matmul`, `einsum`: bfloat16 operands through float32 on a CPU without native bfloat16, where
     TensorFlow's bfloat16 MatMul truncates (products 0.28 % too small) and is slower;
   - `apply_dropout`: masks from 16 random bits per element (the generator dominates dropout);
@@ -20,11 +20,13 @@ hands its operands to `opennmt_lite.layers.fast_paths` (measurements there):
   - the feed-forward network (transformer.py): Dense + ReLU + dropout with a gradient that keeps
     only the output and the input.
 The switch is chosen once at start-up (`fast_paths.configure`). Speed that changes no formula stays
-in the layer: Dense's 2-D product (fused with its bias and activation) and float16 padding.
+in the layer: Dense's 2-D product (fused with its bias and activation) and float16 padding. On
+TensorFlow every product is `fast_paths.matmul` (with the switch off: MatMul -> BiasAdd ->
+activation, the form TensorFlow's graph optimizer fuses into one kernel), so that backend's
+numbers and graphs are those of the TensorFlow-only layers this code replaced.
 """
 
 import keras
-import tensorflow as tf
 from keras import ops
 
 from opennmt_lite import PACKAGE
@@ -37,14 +39,19 @@ def matmul(a, b, transpose_a=False, transpose_b=False, bias=None, activation=Non
 
     a [..., m, k] and b [..., k, n] (each transposed first when flagged; batch dimensions
     broadcast), optional bias [n] and element-wise activation -> [..., m, n] in a's dtype.
-    TensorFlow ops, not keras.ops: MatMul -> BiasAdd -> activation in this form is what the graph
-    optimizer fuses into one kernel. Fast path: bfloat16 through float32 on some CPUs.
+    On TensorFlow, `fast_paths.matmul`: MatMul -> BiasAdd -> activation in the form the graph
+    optimizer fuses into one kernel (and, with the switch on, bfloat16 through float32 on some
+    CPUs). Elsewhere the keras.ops formula (XLA folds the transposes into the product).
     """
-    if fast_paths.enabled():
+    if fast_paths.TENSORFLOW:
         return fast_paths.matmul(a, b, transpose_a, transpose_b, bias, activation)
-    outputs = tf.matmul(a, b, transpose_a=transpose_a, transpose_b=transpose_b)
+    if transpose_a:
+        a = ops.swapaxes(a, -1, -2)
+    if transpose_b:
+        b = ops.swapaxes(b, -1, -2)
+    outputs = ops.matmul(a, b)
     if bias is not None:
-        outputs = tf.nn.bias_add(outputs, bias)
+        outputs = outputs + bias
     return outputs if activation is None else activation(outputs)
 
 
@@ -67,6 +74,11 @@ def apply_dropout(x, rate, seed_generator, training):
     if fast_paths.enabled():
         return fast_paths.dropout(x, rate, seed_generator)
     return keras.random.dropout(x, rate, seed=seed_generator)
+
+
+def dtype_name(x):
+    """The dtype of tensor `x` as Keras names it ("float32", "bfloat16"...), on any backend."""
+    return keras.backend.standardize_dtype(x.dtype)
 
 
 def make_seed_generator(rate):
@@ -123,23 +135,23 @@ class Dense(keras.layers.Layer):
         )
 
     def call(self, inputs):
-        kernel = tf.cast(self.kernel, inputs.dtype)
-        bias = tf.cast(self.bias, inputs.dtype) if self.bias is not None else None
+        kernel = ops.cast(self.kernel, inputs.dtype)
+        bias = ops.cast(self.bias, inputs.dtype) if self.bias is not None else None
         units = self.units
-        pad = (-units) % 8 if inputs.dtype == tf.float16 else 0
+        pad = (-units) % 8 if dtype_name(inputs) == "float16" else 0
         if pad:
-            kernel = tf.pad(kernel, [[0, pad], [0, 0]] if self.transpose else [[0, 0], [0, pad]])
-            bias = tf.pad(bias, [[0, pad]]) if bias is not None else None
+            kernel = ops.pad(kernel, [[0, pad], [0, 0]] if self.transpose else [[0, 0], [0, pad]])
+            bias = ops.pad(bias, [[0, pad]]) if bias is not None else None
         # One 2-D matmul on [batch * time, in], then bias and activation on the 2-D result: in
         # this form TensorFlow's graph optimizer fuses MatMul + BiasAdd (+ ReLU) into a single
         # oneDNN kernel, which a 3-D tensordot followed by a BiasAdd prevents.
-        leading = tf.shape(inputs)[:-1]
-        outputs = tf.reshape(inputs, [-1, inputs.shape[-1]])
+        leading = ops.shape(inputs)[:-1]
+        outputs = ops.reshape(inputs, (-1, inputs.shape[-1]))
         outputs = matmul(outputs, kernel, transpose_b=self.transpose, bias=bias,
                          activation=self.activation)
         if pad:
             outputs = outputs[:, :units]
-        return tf.reshape(outputs, tf.concat([leading, [units]], axis=0))
+        return ops.reshape(outputs, tuple(leading) + (units,))
 
     def compute_output_shape(self, input_shape):
         return tuple(input_shape[:-1]) + (self.units,)
@@ -178,8 +190,8 @@ class LayerNorm(keras.layers.Layer):
         )
 
     def call(self, inputs, training=None):
-        x = tf.cast(inputs, tf.float32)
-        gamma, beta = tf.convert_to_tensor(self.gamma), tf.convert_to_tensor(self.beta)
+        x = ops.cast(inputs, "float32")
+        gamma, beta = self.gamma, self.beta
         if fast_paths.enabled():
             # Training keeps the hand-written gradient (less memory); inference (training False
             # or None, as Keras passes it down from the model's call) takes the fused kernel.
@@ -189,7 +201,7 @@ class LayerNorm(keras.layers.Layer):
             mean = ops.mean(x, axis=-1, keepdims=True)
             variance = ops.var(x, axis=-1, keepdims=True)
             outputs = (x - mean) * ops.rsqrt(variance + self.epsilon) * gamma + beta
-        return tf.cast(outputs, inputs.dtype)
+        return ops.cast(outputs, inputs.dtype)
 
     def compute_output_shape(self, input_shape):
         return input_shape

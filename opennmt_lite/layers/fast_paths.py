@@ -52,13 +52,23 @@ sets the precision, and the first use configures the defaults if nothing did. Th
 stored setting when they are traced, never the environment: a new setting reaches functions traced
 afterwards. With the switch off, the layers compute the plain formulas (automatic gradients, Keras'
 dropout drawn from the same seed generators, the plain matrix products).
+
+Only on Keras' TensorFlow backend: on any other (JAX), `enabled()` is False, `configure` stores a
+disabled setting, and this module does not import TensorFlow, so that the layers run their
+portable keras.ops formulas without it. (`matmul` with the switch off is TensorFlow's plain
+product, MatMul -> BiasAdd -> activation: the layers' form of a product on that backend.)
 """
 
 import dataclasses
 
-import tensorflow as tf
+import keras
 
 from opennmt_lite import cpu
+
+# Whether Keras computes with TensorFlow (decided once, when Keras is imported).
+TENSORFLOW = keras.backend.backend() == "tensorflow"
+if TENSORFLOW:
+    import tensorflow as tf
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,6 +105,9 @@ def configure(enabled=True, bfloat16_matmul=None, oriented_gradients=None, separ
     gradients, fused bias), whatever the others say.
     """
     global _setting
+    if not TENSORFLOW:  # nothing here runs on another backend
+        _setting = Setting(False, cpu.NATIVE)
+        return _setting
     if not enabled:
         bfloat16_matmul = cpu.NATIVE
     elif bfloat16_matmul is None:
@@ -379,7 +392,8 @@ def layer_norm(x, gamma, beta, epsilon):
 
         return outputs, grad
 
-    return normalize(x, gamma, beta)
+    # (gamma and beta read here: a custom gradient takes tensors, not the layer's variables)
+    return normalize(x, tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta))
 
 
 def layer_norm_inference(x, gamma, beta, epsilon):
@@ -395,6 +409,7 @@ def layer_norm_inference(x, gamma, beta, epsilon):
     # An explicit shape check in front: without it, grappler does not fuse the chain when x
     # comes from a Cast (as under mixed precision), measured with TensorFlow 2.21.
     x = tf.ensure_shape(x, x.shape)
+    gamma, beta = tf.convert_to_tensor(gamma), tf.convert_to_tensor(beta)
     shape = tf.shape(x)
     rows = tf.reduce_prod(shape[:-1])
     images = tf.reshape(x, [1, rows, shape[-1], 1])

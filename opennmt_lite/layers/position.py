@@ -19,7 +19,7 @@ opennmt_lite/layers/attention.py when it acts inside attention (as relative posi
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
 
@@ -28,8 +28,8 @@ def absolute_positions(inputs, step=None):
     """The 0-based positions of `inputs` [batch, time, depth] in their sequence, [time] int32:
     0 .. time - 1, or the single `step` when decoding one position at a time."""
     if step is None:
-        return tf.range(tf.shape(inputs)[1])
-    return tf.reshape(tf.cast(step, tf.int32), [1])
+        return ops.arange(ops.shape(inputs)[1], dtype="int32")
+    return ops.reshape(ops.cast(step, "int32"), (1,))
 
 
 def sinusoidal_encoding(positions, depth):
@@ -43,9 +43,10 @@ def sinusoidal_encoding(positions, depth):
         raise ValueError(f"sinusoidal position encoding needs an even depth, got {depth}")
     half = depth // 2
     log_increment = math.log(10000.0) / (half - 1)
-    inv_timescales = tf.exp(tf.range(half, dtype=tf.float32) * -log_increment)
-    scaled = tf.cast(positions, tf.float32)[:, tf.newaxis] * inv_timescales[tf.newaxis, :]
-    return tf.concat([tf.sin(scaled), tf.cos(scaled)], axis=1)
+    inv_timescales = ops.exp(ops.arange(half, dtype="float32") * -log_increment)
+    scaled = (ops.expand_dims(ops.cast(positions, "float32"), 1)
+              * ops.expand_dims(inv_timescales, 0))
+    return ops.concatenate([ops.sin(scaled), ops.cos(scaled)], axis=1)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -59,9 +60,9 @@ class SinusoidalPositionEncoder(keras.layers.Layer):
     def call(self, inputs, positions=None):
         depth = inputs.shape[-1]
         if positions is None:
-            positions = tf.range(tf.shape(inputs)[1])
+            positions = ops.arange(ops.shape(inputs)[1], dtype="int32")
         encoding = sinusoidal_encoding(positions + 1, depth)
-        return inputs + tf.cast(encoding, inputs.dtype)[tf.newaxis]
+        return inputs + ops.expand_dims(ops.cast(encoding, inputs.dtype), 0)
 
     def compute_output_shape(self, input_shape):
         return input_shape

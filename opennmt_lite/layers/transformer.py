@@ -1,7 +1,7 @@
 """Transformer sub-layers: feed-forward network, the residual wrapper, encoder and decoder layers."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.hyperparameters import ModelHyperparameters
@@ -11,6 +11,7 @@ from opennmt_lite.layers.common import (
     Dense,
     LayerWrapper,
     apply_dropout,
+    dtype_name,
     make_seed_generator,
 )
 from opennmt_lite.recorder import record, recording_scope
@@ -43,11 +44,11 @@ class FeedForwardNetwork(keras.layers.Layer):
     def call(self, inputs, training=None):
         dense = self.inner
         if (fast_paths.enabled() and training and self.dropout > 0 and self.activation == "relu"
-                and not dense.transpose and inputs.dtype != tf.float16):
+                and not dense.transpose and dtype_name(inputs) != "float16"):
             # Dense, ReLU and dropout as one op whose gradient keeps less (memory). Not in
             # float16, where Dense pads its kernel to a multiple of 8 for Tensor Cores.
             inner = fast_paths.dense_relu_dropout(
-                inputs, tf.cast(dense.kernel, inputs.dtype), tf.cast(dense.bias, inputs.dtype),
+                inputs, ops.cast(dense.kernel, inputs.dtype), ops.cast(dense.bias, inputs.dtype),
                 self.dropout, self.dropout_seed)
         else:
             inner = self.inner(inputs)
@@ -198,7 +199,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
          cache: {"self_kv": (k, v), "memory_kv": (k, v)} for step-by-step decoding,
          positions [time] (absolute, for relative positions; None: 0 .. time - 1),
          cache_index: the self-attention's `cache_index` when "self_kv" holds `DecodingCache`
-         buffers (see MultiHeadAttention))
+         buffers, or cache_slot when it holds fixed-size buffers (see MultiHeadAttention))
     -> (outputs [batch, time, depth], new cache, attention over memory [batch, heads, time, src_time])
 
     `attention` is a list with one wrapper per source, as in OpenNMT-tf (checkpoint path
@@ -233,6 +234,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
         positions=None,
         training=None,
         cache_index=None,
+        cache_slot=None,
     ):
         cache = cache or {}
         with recording_scope("self_attention"):
@@ -243,6 +245,7 @@ class SelfAttentionDecoderLayer(_TransformerLayer):
                 positions=positions,
                 training=training,
                 cache_index=cache_index,
+                cache_slot=cache_slot,
             )
         with recording_scope("attention"):
             outputs, memory_kv, attention = self.attention[0](

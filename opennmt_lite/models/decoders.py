@@ -1,7 +1,7 @@
 """The Transformer decoder: OpenNMT-tf's SelfAttentionDecoder."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers import fast_paths
@@ -9,15 +9,15 @@ from opennmt_lite.layers.common import Dense
 from opennmt_lite.layers.fast_paths import DecodingCache
 from opennmt_lite.layers.position import absolute_positions
 from opennmt_lite.layers.transformer import SelfAttentionDecoderLayer
-from opennmt_lite.models.stack import TransformerStack
+from opennmt_lite.models.stack import TransformerStack, sequence_mask
 from opennmt_lite.recorder import record, recording_scope
 
 
 def future_mask(sequence_length, maximum_length):
     """[batch, time, time] float mask: query i may attend key j iff j <= i and j < length."""
-    causal = tf.linalg.band_part(tf.ones([maximum_length, maximum_length]), -1, 0)
-    keys = tf.sequence_mask(sequence_length, maxlen=maximum_length, dtype=tf.float32)
-    return causal[tf.newaxis, :, :] * keys[:, tf.newaxis, :]
+    causal = ops.tril(ops.ones((maximum_length, maximum_length)))
+    keys = sequence_mask(sequence_length, maximum_length)
+    return ops.expand_dims(causal, 0) * ops.expand_dims(keys, 1)
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -63,7 +63,7 @@ class SelfAttentionDecoder(TransformerStack):
         self.output_layer.build(inputs_shape)
 
     def _run(self, x, attention_mask, memory, memory_mask, cache, step, training,
-             cache_index=None):
+             cache_index=None, cache_slot=None):
         positions = absolute_positions(x, step)
         x = self.embed(x, positions, training)
         new_cache = []
@@ -79,6 +79,7 @@ class SelfAttentionDecoder(TransformerStack):
                     positions=positions,
                     training=training,
                     cache_index=cache_index,
+                    cache_slot=cache_slot,
                 )
             new_cache.append(layer_cache)
         if self.layer_norm is not None:
@@ -96,9 +97,9 @@ class SelfAttentionDecoder(TransformerStack):
         memory_sequence_length=None,
         training=None,
     ):
-        time = tf.shape(inputs)[1]
+        time = ops.shape(inputs)[1]
         if sequence_length is None:
-            sequence_length = tf.fill([tf.shape(inputs)[0]], time)
+            sequence_length = ops.full((ops.shape(inputs)[0],), time, dtype="int32")
         attention_mask = future_mask(sequence_length, time)
         memory_mask = self._memory_mask(memory, memory_sequence_length)
         logits, _, attention = self._run(
@@ -109,9 +110,9 @@ class SelfAttentionDecoder(TransformerStack):
     def _memory_mask(self, memory, memory_sequence_length):
         if memory_sequence_length is None:
             return None
-        return tf.sequence_mask(memory_sequence_length, maxlen=tf.shape(memory)[1], dtype=tf.float32)
+        return sequence_mask(memory_sequence_length, ops.shape(memory)[1])
 
-    def initial_state(self, memory, memory_sequence_length=None):
+    def initial_state(self, memory, memory_sequence_length=None, maximum_length=None):
         """Decoding state: per layer, empty self-attention keys/values and the projected memory.
 
         Tensors are [batch, heads, time, depth / heads]; "memory_mask" is [batch, src_time].
@@ -119,26 +120,42 @@ class SelfAttentionDecoder(TransformerStack):
         With the fast paths on, the self-attention entries are `DecodingCache` buffers
         [capacity, batch, heads, depth / heads] instead, and "self_kv_index" [batch, time] int32
         lists the buffer slots of each row's positions: then beam search reorders only that index.
+        With `maximum_length` (the portable cache, for a loop compiled with fixed shapes, as
+        under JAX; not with the fast paths), the self-attention entries are zeros [batch, heads,
+        maximum_length, depth / heads] that `step(..., fixed_cache=True)` fills one slot at a
+        time.
         """
-        batch = tf.shape(memory)[0]
+        batch = ops.shape(memory)[0]
         heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
-        empty = tf.zeros([batch, heads, 0, units // heads], memory.dtype)
+        empty = ops.zeros((batch, heads, 0, units // heads), memory.dtype)
         state = {
             "memory": memory,
             "memory_mask": self._memory_mask(memory, memory_sequence_length),
             "layers": [],
         }
-        if fast_paths.enabled():
+        if maximum_length is not None:
+            if fast_paths.enabled():
+                raise ValueError("the fixed-size decoding cache is not for the fast paths")
+            empty = ops.zeros((batch, heads, maximum_length, units // heads), memory.dtype)
+        elif fast_paths.enabled():
             empty = DecodingCache.empty_buffer(batch, heads, units // heads, memory.dtype)
-            state["self_kv_index"] = tf.zeros([batch, 0], tf.int32)
+            state["self_kv_index"] = ops.zeros((batch, 0), "int32")
         for layer in self.layers:
             memory_kv = layer.attention[0].layer.project_kv(memory)
             state["layers"].append({"self_kv": (empty, empty), "memory_kv": memory_kv})
         return state
 
-    def step(self, inputs, step, state, training=None):
-        """One decoding step: inputs [batch, depth] (embedding of the previous token)."""
-        layers, cache_index = state["layers"], None
+    def step(self, inputs, step, state, training=None, fixed_cache=False):
+        """One decoding step: inputs [batch, depth] (embedding of the previous token).
+        `fixed_cache`: the state was made by `initial_state(..., maximum_length)`: this step's
+        keys and values go to slot `step`, and the slots after it are masked."""
+        layers, cache_index, cache_slot, self_mask = state["layers"], None, None, None
+        if fixed_cache:
+            cache_slot = ops.cast(step, "int32")
+            capacity = layers[0]["self_kv"][0].shape[2]
+            # [1, capacity]: the same keys (slots 0 .. step) for every row
+            self_mask = ops.expand_dims(
+                ops.cast(ops.arange(capacity, dtype="int32") <= cache_slot, "float32"), 0)
         new_state = dict(state)
         if "self_kv_index" in state:  # the fast path's buffers (see initial_state)
             cache_index = DecodingCache.index(state["self_kv_index"], step)
@@ -148,14 +165,15 @@ class SelfAttentionDecoder(TransformerStack):
             layers = [dict(layer, self_kv=tuple(buffers[2 * i:2 * i + 2]))
                       for i, layer in enumerate(layers)]
         logits, layers, attention = self._run(
-            inputs[:, tf.newaxis, :],
-            None,
+            ops.expand_dims(inputs, 1),
+            self_mask,
             state["memory"],
             state["memory_mask"],
             layers,
             step,
             training,
             cache_index,
+            cache_slot,
         )
         new_state["layers"] = layers
         return logits[:, 0], new_state, attention[:, 0]

@@ -1,12 +1,12 @@
 """The Transformer encoder: OpenNMT-tf's SelfAttentionEncoder."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers.position import absolute_positions
 from opennmt_lite.layers.transformer import SelfAttentionEncoderLayer
-from opennmt_lite.models.stack import TransformerStack
+from opennmt_lite.models.stack import TransformerStack, sequence_mask
 from opennmt_lite.recorder import record, recording_scope
 
 
@@ -47,7 +47,7 @@ class SelfAttentionEncoder(TransformerStack):
         x = self.embed(inputs, positions, training)
         mask = None
         if sequence_length is not None:
-            mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(x)[1], dtype=x.dtype)
+            mask = sequence_mask(sequence_length, ops.shape(x)[1], x.dtype)
             record("mask", mask)
         for i, layer in enumerate(self.layers):
             with recording_scope(f"layers/{i}"):

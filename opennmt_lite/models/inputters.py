@@ -2,10 +2,14 @@
 
 import keras
 import numpy as np
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
-from opennmt_lite.layers.common import apply_dropout, make_seed_generator
+from opennmt_lite.layers.common import apply_dropout, dtype_name, make_seed_generator
+
+_BACKEND = keras.backend.backend()
+if _BACKEND == "tensorflow":
+    import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -36,23 +40,27 @@ class WordEmbedder(keras.layers.Layer):
         )
 
     def call(self, ids, training=None):
-        ids = tf.convert_to_tensor(ids)
-        if not ids.dtype.is_integer:
-            raise TypeError(f"{self.name}: token ids must be integers, got {ids.dtype.name}")
+        ids = ops.convert_to_tensor(ids)
+        if "int" not in dtype_name(ids):
+            raise TypeError(f"{self.name}: token ids must be integers, got {dtype_name(ids)}")
         ids = self._check_range(ids)
-        outputs = tf.cast(tf.gather(self.embedding, ids), self.compute_dtype)
+        outputs = ops.cast(ops.take(self.embedding, ids, axis=0), self.compute_dtype)
         return apply_dropout(outputs, self.dropout, self.dropout_seed, training)
 
     def _check_range(self, ids):
         message = f"{self.name}: token ids must lie in [0, {self.vocabulary_size})"
-        if tf.executing_eagerly():
-            values = ids.numpy()
+        if _concrete(ids):
+            values = ops.convert_to_numpy(ids)
             if values.size and (values.min() < 0 or values.max() >= self.vocabulary_size):
                 bad = values[(values < 0) | (values >= self.vocabulary_size)]
                 raise ValueError(f"{message}; got {np.unique(bad)[:10].tolist()}")
             return ids
-        # In graphs the check is an assertion that runs before the lookup (a no-op under XLA,
-        # where the input pipeline has already mapped every token into range).
+        if _BACKEND != "tensorflow":
+            # Traced by JAX: no assertion exists there (a gather clamps its indices); the input
+            # pipeline has already mapped every token into range.
+            return ids
+        # In TensorFlow graphs the check is an assertion that runs before the lookup (a no-op
+        # under XLA, where the input pipeline has already mapped every token into range).
         checks = [
             tf.debugging.assert_non_negative(ids, message=message),
             tf.debugging.assert_less(ids, tf.cast(self.vocabulary_size, ids.dtype), message=message),
@@ -71,3 +79,12 @@ class WordEmbedder(keras.layers.Layer):
             dropout=self.dropout,
         )
         return config
+
+
+def _concrete(ids):
+    """Whether `ids` holds values now (TensorFlow eager, or an array JAX does not trace)."""
+    if _BACKEND == "tensorflow":
+        return tf.executing_eagerly()
+    import jax  # (only this backend gets here)
+
+    return not isinstance(ids, jax.core.Tracer) and not keras.backend.is_keras_tensor(ids)

@@ -2,12 +2,19 @@
 encoding, the final layer norm (pre-norm) and the arguments of each of their layers."""
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite.hyperparameters import ModelHyperparameters
 from opennmt_lite.layers.common import LayerNorm, apply_dropout, make_seed_generator
 from opennmt_lite.layers.position import position_encoder
 from opennmt_lite.recorder import record
+
+
+def sequence_mask(lengths, maximum_length, dtype="float32"):
+    """[batch, time] mask of `lengths` [batch]: 1 at positions < length, 0 after."""
+    positions = ops.arange(maximum_length, dtype="int32")
+    inside = ops.expand_dims(positions, 0) < ops.expand_dims(ops.cast(lengths, "int32"), 1)
+    return ops.cast(inside, dtype)
 
 
 class TransformerStack(keras.layers.Layer):
@@ -35,7 +42,7 @@ class TransformerStack(keras.layers.Layer):
     def embed(self, inputs, positions, training):
         """Scaled by sqrt(num_units), position-encoded at `positions` [time], dropped out:
         [batch, time, depth] -> [batch, time, depth]."""
-        x = inputs * tf.cast(self.hyperparameters.num_units**0.5, inputs.dtype)
+        x = inputs * ops.cast(self.hyperparameters.num_units**0.5, inputs.dtype)
         record("scaled_inputs", x)
         if self.position_encoder is not None:
             x = self.position_encoder(x, positions)

@@ -1,0 +1,203 @@
+"""Runs the JAX side of a test module in a subprocess with KERAS_BACKEND=jax (Keras picks its
+backend once, at import, so the suite's TensorFlow processes cannot switch), and returns
+everything that module compares as arrays: one subprocess per module, not per test.
+
+    KERAS_BACKEND=jax python tests/jax_worker.py JOB OUT_DIR
+
+writes OUT_DIR/arrays.npz (and OUT_DIR/results.json for the `layers` job). `run(job, directory)`
+does that from a test and loads the results. The jobs:
+- `layers`: `run_layer_test` for every case of tests/test_layers.py (results.json: "ok" or the
+  failure, per case), and each case's float32 outputs and gradients with the weights of
+  `case_values` (arrays `<case>/outputs/<i>`, `<case>/gradients/<i>`);
+- `parity`: OpenNMT-tf's fixture model (tests/fixtures/onmt_tf_relative) on the fixture's
+  batch: `fixture_values` (encoder outputs per layer, logits, alignment, incremental steps);
+- `decoding`: the fixture's 100 test sentences translated by the portable loop under `jax.jit`
+  with the settings of `DECODINGS` (results.json: {name: [[score, pieces, length], ...]}, n_best
+  lines per sentence).
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import traceback
+
+import numpy as np
+
+TESTS = pathlib.Path(__file__).parent
+ROOT = TESTS.parent
+
+
+def run(job, directory):
+    """Runs `job` under JAX in a subprocess; returns (arrays {name: array}, results or None)."""
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+    completed = subprocess.run([sys.executable, str(TESTS / "jax_worker.py"), job, str(directory)],
+                               env=env, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    with np.load(pathlib.Path(directory) / "arrays.npz") as stored:
+        arrays = dict(stored)
+    results_path = pathlib.Path(directory) / "results.json"
+    results = json.loads(results_path.read_text()) if results_path.exists() else None
+    return arrays, results
+
+
+def case_values(name):
+    """A float32 layer of tests/test_layers.py's case `name`, built, its weights drawn from a
+    fixed generator: {"outputs": [...], "gradients": [...]} as NumPy (inference call; gradients
+    of `layer_test_case.layer_gradients`). The same on either backend, up to float rounding."""
+    import keras
+
+    from layer_test_case import layer_gradients
+    from test_layers import CASES
+
+    cls, init_kwargs, input_data, call_kwargs = CASES[name]
+    keras.utils.set_random_seed(1234)
+    kwargs = init_kwargs("float32") if callable(init_kwargs) else dict(init_kwargs)
+    layer = cls(**kwargs, dtype="float32")
+    layer(input_data, **call_kwargs)
+    rng = np.random.default_rng(0)
+    for weight in layer.weights:
+        if "float" in weight.dtype:  # (not the dropout seeds)
+            weight.assign(rng.normal(0.0, 0.5, weight.shape).astype(np.float32))
+    outputs = keras.tree.flatten(layer(input_data, **call_kwargs))
+    return {"outputs": [keras.ops.convert_to_numpy(o) for o in outputs],
+            "gradients": layer_gradients(layer, input_data, call_kwargs)}
+
+
+def fixture_values():
+    """OpenNMT-tf's fixture Transformer on the fixture batch ({name: array}): the recorded
+    encoder layers' and final outputs, the decoder layers' outputs, the teacher-forced logits and
+    alignment, and the logits of incremental decoding, step by step, [batch, time, vocab]."""
+    import keras
+
+    from opennmt_lite.checkpointing.onmt_names import load_onmt_model
+    from opennmt_lite.hyperparameters import ModelHyperparameters
+    from opennmt_lite.models import Transformer
+    from opennmt_lite.recorder import recording
+
+    fixture = TESTS / "fixtures" / "onmt_tf_relative"
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=64, num_heads=2,
+                                             ffn_inner_dim=128, maximum_relative_position=8),
+                        801, 801)
+    load_onmt_model(str(fixture), model)
+    expected = np.load(fixture / "expected.npz")
+    features = {k: expected[k] for k in ("source_ids", "source_length", "target_ids_in",
+                                         "target_length")}
+    with recording() as tensors:
+        logits, attention = model(features)
+    recorded = tensors.numpy()
+    values = {"logits": logits, "attention": attention,
+              "encoder_output": recorded["encoder/output"],
+              "decoder_output": recorded["decoder/output"]}
+    for i in range(2):
+        values[f"encoder_layer_{i}"] = recorded[f"encoder/layers/{i}/output"]
+        values[f"decoder_layer_{i}"] = recorded[f"decoder/layers/{i}/output"]
+    memory = model.encode(features["source_ids"], features["source_length"])
+    state = model.decoder.initial_state(memory, features["source_length"])
+    steps = []
+    for t in range(features["target_ids_in"].shape[1]):
+        step_logits, state, _ = model.decoder.step(
+            model.target_inputter(features["target_ids_in"][:, t]), t, state)
+        steps.append(keras.ops.convert_to_numpy(step_logits))
+    values["step_logits"] = np.stack(steps, 1)
+    return {k: keras.ops.convert_to_numpy(v) for k, v in values.items()}
+
+
+def fixture_model():
+    from opennmt_lite.checkpointing.onmt_names import load_onmt_model
+    from opennmt_lite.hyperparameters import ModelHyperparameters
+    from opennmt_lite.models import Transformer
+
+    model = Transformer(ModelHyperparameters(num_layers=2, num_units=64, num_heads=2,
+                                             ffn_inner_dim=128, maximum_relative_position=8),
+                        801, 801)
+    load_onmt_model(str(TESTS / "fixtures" / "onmt_tf_relative"), model)
+    return model
+
+
+# The fixture's OpenNMT-tf translations that the `decoding` job reproduces: the file's tag
+# (tests/fixtures/onmt_tf_relative/pred.first100.<tag>.tok.de) -> the decoding options.
+DECODINGS = {
+    "beam1.scores": dict(beam_width=1),
+    "beam4.nbest4.scores": dict(beam_width=4, n_best=4),  # (its first lines: beam4.scores)
+    "beam4.coverage0.2.length0.6.scores": dict(beam_width=4, coverage_penalty=0.2,
+                                               length_penalty=0.6),
+}
+
+
+def fixture_translations(batch_size=16, maximum_length=250):
+    """{tag: [(score, pieces, length)]} of the fixture's 100 test sentences for each of
+    `DECODINGS`, translated by `portable_decoding` in batches of `batch_size` in file order (as
+    OpenNMT-tf's files were made), each batch padded to the longest source of the file and to
+    `batch_size` rows (padded rows and positions are masked), so that `jax.jit` compiles once
+    per setting."""
+    from opennmt_lite.data.vocab import Vocabulary
+    from opennmt_lite.inference import portable_decoding
+    from opennmt_lite.inference.decoding import DecodingOptions
+
+    fixture = TESTS / "fixtures" / "onmt_tf_relative"
+    model = fixture_model()
+    source_vocab = Vocabulary.from_file(fixture / "src-vocab.txt")
+    target_vocab = Vocabulary.from_file(fixture / "tgt-vocab.txt")
+    sentences = [line.split() for line in
+                 (fixture / "test.first100.tok.en").read_text(encoding="utf-8").splitlines()]
+    width = max(len(tokens) for tokens in sentences)
+    results = {}
+    for tag, options in DECODINGS.items():
+        translate = portable_decoding.translation_function(model, DecodingOptions(
+            maximum_decoding_length=maximum_length, **options))
+        lines = []
+        for start in range(0, len(sentences), batch_size):
+            chunk = sentences[start:start + batch_size]
+            ids = np.zeros([batch_size, width], np.int32)
+            lengths = np.ones([batch_size], np.int32)
+            for row, tokens in enumerate(chunk):
+                ids[row, :len(tokens)] = source_vocab.lookup(tokens)
+                lengths[row] = len(tokens)
+            tokens, hyp_lengths, scores = translate(ids, lengths)
+            for row in range(len(chunk)):
+                for hypothesis in range(tokens.shape[1]):
+                    length = int(hyp_lengths[row, hypothesis])
+                    pieces = " ".join(target_vocab.to_tokens(tokens[row, hypothesis, :length]))
+                    lines.append((float(scores[row, hypothesis]), pieces, length))
+        results[tag] = lines
+    return results
+
+
+def main(job, directory):
+    import keras
+
+    assert keras.backend.backend() == "jax", keras.backend.backend()
+    directory = pathlib.Path(directory)
+    arrays = {}
+    if job == "layers":
+        from layer_test_case import run_layer_test
+        from test_layers import CASES
+
+        results = {}
+        for name, (cls, init_kwargs, input_data, call_kwargs) in CASES.items():
+            keras.config.set_dtype_policy("float32")
+            keras.utils.set_random_seed(1234)
+            try:
+                run_layer_test(cls, init_kwargs, input_data, call_kwargs)
+                results[name] = "ok"
+            except Exception:  # reported to the test, which fails with it
+                results[name] = traceback.format_exc()[-3000:]
+            values = case_values(name)
+            for kind in ("outputs", "gradients"):
+                for i, value in enumerate(values[kind]):
+                    arrays[f"{name}/{kind}/{i}"] = value
+        (directory / "results.json").write_text(json.dumps(results))
+    elif job == "parity":
+        arrays = fixture_values()
+    elif job == "decoding":
+        (directory / "results.json").write_text(json.dumps(fixture_translations()))
+    else:
+        raise SystemExit(f"unknown job {job!r}")
+    np.savez(directory / "arrays.npz", **arrays)
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
