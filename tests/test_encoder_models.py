@@ -108,9 +108,30 @@ def test_eval_accuracy_equals_opennmt_tf(loaded):
     gold_file = "eval.labels" if name == "classifier" else "eval.tags"
     gold = [line.split() for line in _lines(os.path.join(fixture, gold_file))]
     predicted = [line.split() for line in _predict(model, vocabulary, labels, sentences)]
-    right = sum(p == g for pl, gl in zip(predicted, gold) for p, g in zip(pl, gl))
-    total = sum(len(g) for g in gold)
-    assert abs(right / total - expected["accuracy"]) < 1e-4
+    if name == "classifier":
+        right = sum(p == g for p, g in zip(predicted, gold))
+        assert abs(right / len(gold) - expected["accuracy"]) < 1e-4
+        return
+    from opennmt_lite.inference.tagging_metrics import tagging_metrics
+
+    metrics = tagging_metrics(gold, predicted, tagging_scheme="bioes")
+    for key in ("accuracy", "precision", "recall", "f1"):
+        assert abs(metrics[key] - expected[key]) < 1e-4, key
+    # The chunk metrics are not trivial: some chunks are missed, some invented.
+    assert 0.3 < metrics["recall"] < metrics["precision"] < 1
+
+
+@pytest.mark.parametrize("gold, predicted, counts", [
+    ("B-X I-X E-X O S-Y", "B-X I-X E-X O S-Z", (1, 1, 1)),  # chunk right; S-Y missed, S-Z made up
+    ("B-X E-X", "B-X I-X", (0, 1, 1)),  # an unclosed predicted chunk is wrong
+    ("B-X I-X E-X", "B-X O E-X", (0, 1, 1)),  # one wrong inner tag: the chunk is wrong
+    ("O O S-X", "O O S-X", (1, 0, 0)),
+    ("O O O", "S-X O B-Y", (0, 2, 0)),
+])
+def test_bioes_counts(gold, predicted, counts):
+    from opennmt_lite.inference.tagging_metrics import bioes_counts
+
+    assert bioes_counts(gold.split(), predicted.split()) == counts
 
 
 def test_a_crf_checkpoint_does_not_load_into_a_tagger_without_crf():

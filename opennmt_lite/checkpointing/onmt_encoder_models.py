@@ -1,5 +1,6 @@
-"""OpenNMT-tf 2.x checkpoints of a SequenceTagger or SequenceClassifier: which checkpoint name
-holds which variable of opennmt_lite/models/encoder_models.py's models.
+"""OpenNMT-tf 2.x checkpoints of a SequenceTagger, SequenceClassifier or LanguageModel: which
+checkpoint name holds which variable of opennmt_lite/models/encoder_models.py's and
+language_model.py's models.
 
 OpenNMT-tf saves them as `model/encoder/...` (the encoder, named as in a Transformer),
 `model/output_layer/{kernel,bias}`, `model/transition_params` (a tagger with CRF) and the
@@ -28,3 +29,13 @@ def load_onmt_model(path, model):
         model.build()
     prefix = store.resolve(path)
     return store.assign(prefix, model_mapping(model), ("model/",), KIND)
+
+
+def load_onmt_language_model(path, model):
+    """Loads an OpenNMT-tf LanguageModel checkpoint into opennmt_lite's LanguageModel: every name
+    is `model/` + our attribute path (the output kernel is the embedding, saved once)."""
+    if not model.built:
+        model.build()
+    mapping = {f"model/{attribute}": variable
+               for attribute, variable in named_variables(model, include_seeds=False).items()}
+    return store.assign(store.resolve(path), mapping, ("model/",), KIND)
