@@ -143,3 +143,71 @@ def test_a_crf_checkpoint_does_not_load_into_a_tagger_without_crf():
     model = SequenceTagger(ModelHyperparameters(**HYPERPARAMETERS), 2001, 6, crf_decoding=False)
     with pytest.raises(CheckpointError, match="transition_params"):
         load_onmt_model(os.path.join(FIXTURES, "onmt_tf_tagger_crf"), model)
+
+
+def _log_softmax(logits):
+    logits = np.asarray(logits, np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+
+@pytest.mark.parametrize("name", ["tagger", "classifier"])
+def test_eval_loss_equals_opennmt_tf(name):
+    """`onmt-main eval`'s loss: the cross-entropy mean over the set's tokens (tagger) or lines
+    (classifier), within 1e-4. (The CRF tagger's is a mean of per-batch means, which depends on
+    OpenNMT-tf's batching: its CRF loss is checked through crf.npz instead.)"""
+    fixture, model, vocabulary, labels = _load(name)
+    with open(os.path.join(fixture, "eval.result.txt")) as f:
+        expected = ast.literal_eval(f.read())
+    ids, length = _batch(vocabulary, _lines(os.path.join(fixture, "eval.tok.en")))
+    log_probs = _log_softmax(model(ids, length, training=False))
+    index = {label: i for i, label in enumerate(labels)}
+    gold_file = "eval.labels" if name == "classifier" else "eval.tags"
+    gold = [[index[t] for t in line.split()] for line in _lines(os.path.join(fixture, gold_file))]
+    if name == "classifier":
+        loss = -np.mean([log_probs[b, g[0]] for b, g in enumerate(gold)])
+    else:
+        picked = [log_probs[b, t, g] for b, tags in enumerate(gold) for t, g in enumerate(tags)]
+        loss = -np.mean(picked)
+    assert abs(loss - expected["loss"]) < 1e-4
+
+
+@pytest.mark.parametrize("name", ["tagger_crf", "classifier"])
+def test_training_continues_from_the_opennmt_tf_checkpoint(name):
+    """Gradient steps from OpenNMT-tf's weights on its first 200 training lines lower the loss
+    (the CRF's transitions train too)."""
+    import keras
+    import tensorflow as tf
+
+    fixture, model, vocabulary, labels = _load(name)
+    suffix = "labels" if name == "classifier" else "tags"
+    ids, length = _batch(vocabulary, _lines(os.path.join(fixture, "train.first200.tok.en")))
+    index = {label: i for i, label in enumerate(labels)}
+    gold = [[index[t] for t in line.split()]
+            for line in _lines(os.path.join(fixture, f"train.first200.{suffix}"))]
+    if name == "classifier":
+        targets = np.array([g[0] for g in gold], np.int32)
+    else:
+        targets = np.zeros_like(ids)
+        for row, tags in zip(targets, gold):
+            row[: len(tags)] = tags
+
+    def loss_fn():
+        logits = model(ids, length, training=False)
+        if name == "classifier":
+            return tf.reduce_mean(keras.losses.sparse_categorical_crossentropy(
+                targets, logits, from_logits=True))
+        return model.crf_loss(logits, targets, length)
+
+    optimizer = keras.optimizers.Adam(learning_rate=0.002)
+    transitions = None if name == "classifier" else np.array(model.transition_params)
+    before = float(loss_fn())
+    for _ in range(5):
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    after = float(loss_fn())
+    assert after < before
+    if transitions is not None:
+        assert np.abs(np.array(model.transition_params) - transitions).max() > 1e-4
