@@ -3,6 +3,7 @@
 with the OpenNMT-tf virtual environment's Python; see bench/onmt_env.py):
 
     /work/onmt-venv/bin/python bench/onmt_model_fixtures.py [--only NAME] [WORK]
+    /work/onmt-venv/bin/python bench/onmt_model_fixtures.py --gpt2-variables
 
 NAME: tagger_crf, tagger, classifier, lm (default: all four). Each one is trained in WORK/NAME
 (a scratch folder), then its files listed in `KEEP` are copied to tests/fixtures/onmt_tf_NAME/.
@@ -454,6 +455,34 @@ def main():
     work = args[0] if args else tempfile.mkdtemp(prefix="onmt_models_")
     for name in names:
         make(name, os.path.join(work, name))
+
+
+
+def gpt2_variables(path):
+    """gpt2small_variables.json: {name: shape} of OpenNMT-tf's catalog GPT2Small built with a
+    vocabulary of 4 000 lines (the checkpoint layout a GPT2Small preset must load)."""
+    import opennmt
+    import tensorflow as tf
+
+    work = tempfile.mkdtemp(prefix="gpt2_")
+    vocab = os.path.join(work, "vocab.txt")
+    write_lines(vocab, ["<blank>", "<s>", "</s>"] + [f"w{i}" for i in range(3997)])
+    model = opennmt.models.get_model_from_catalog("GPT2Small")
+    model.initialize({"vocabulary": vocab}, params={"maximum_decoding_length": 4})
+    features = {"ids": tf.constant([[4, 5, 6]], tf.int64), "length": tf.constant([3], tf.int32),
+                "ids_out": tf.constant([[5, 6, 2]], tf.int64)}
+    model(features, training=False)
+    checkpoint = tf.train.Checkpoint(model=model)
+    prefix = checkpoint.write(os.path.join(work, "ckpt"))
+    names = {name: shape for name, shape in tf.train.list_variables(prefix)
+             if name.startswith("model/")}
+    with open(path, "w") as f:
+        json.dump(names, f, indent=0, sort_keys=True)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--gpt2-variables"]:
+    gpt2_variables(os.path.join(FIXTURES, "onmt_tf_lm", "gpt2small_variables.json"))
+    sys.exit(0)
 
 
 if __name__ == "__main__":

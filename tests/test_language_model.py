@@ -25,8 +25,7 @@ def _batch(vocabulary, sentences):
     return padded, length
 
 
-@pytest.fixture(scope="module")
-def loaded():
+def _load():
     from opennmt_lite.checkpointing.onmt_encoder_models import load_onmt_language_model
     from opennmt_lite.data.vocab import Vocabulary
     from opennmt_lite.hyperparameters import ModelHyperparameters
@@ -39,6 +38,11 @@ def loaded():
                           gelu_approximation=True)
     load_onmt_language_model(FIXTURE, model)
     return model, vocabulary
+
+
+@pytest.fixture(scope="module")
+def loaded():
+    return _load()
 
 
 def test_logits_equal_opennmt_tf(loaded):
@@ -101,3 +105,44 @@ def test_greedy_continuations_equal_opennmt_tf(loaded):
     same = sum(p == e for p, e in zip(predicted, expected))
     assert same >= 99, [(p, e) for p, e in zip(predicted, expected) if p != e][:3]
     assert len(set(expected)) > 50  # the continuations differ from one another
+
+
+def test_gpt2_small_has_opennmt_tf_checkpoint_layout():
+    """The preset's variables: exactly the names and shapes of OpenNMT-tf's catalog GPT2Small
+    (gpt2small_variables.json, its checkpoint with a 4 000-line vocabulary)."""
+    import json
+
+    from opennmt_lite.checkpointing.names import named_variables
+    from opennmt_lite.models.language_model import gpt2_small
+
+    with open(os.path.join(FIXTURE, "gpt2small_variables.json")) as f:
+        expected = {name[: -len("/.ATTRIBUTES/VARIABLE_VALUE")]: shape
+                    for name, shape in json.load(f).items()}
+    model = gpt2_small(4001)
+    model.build()
+    ours = {f"model/{path}": list(variable.shape)
+            for path, variable in named_variables(model, include_seeds=False).items()}
+    assert ours == expected
+    assert sum(np.prod(shape) for shape in ours.values()) > 85_000_000
+
+
+def test_training_continues_from_the_opennmt_tf_checkpoint():
+    """Adam steps from OpenNMT-tf's weights on its first 200 training lines lower the token
+    loss (a fresh model, not the module's shared one)."""
+    import keras
+    import tensorflow as tf
+
+    model, vocabulary = _load()
+    ids, length = _batch(vocabulary, _lines(os.path.join(FIXTURE, "train.first200.tok.en")))
+
+    def loss_fn():
+        return tf.reduce_sum(model.score(ids, length)) / float(length.sum())
+
+    optimizer = keras.optimizers.Adam(learning_rate=0.002)
+    before = float(loss_fn())
+    for _ in range(5):
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    assert float(loss_fn()) < before

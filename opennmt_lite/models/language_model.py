@@ -210,3 +210,12 @@ class LanguageModel(keras.Model):
     def from_config(cls, config):
         hyperparameters = ModelHyperparameters.from_dict(config["hyperparameters"])
         return cls(**dict(config, hyperparameters=hyperparameters))
+
+
+def gpt2_small(vocabulary_size, **kwargs):
+    """OpenNMT-tf's catalog GPT2Small: 12 layers of 768 units, 12 heads, FFN 3072 with the tanh
+    gelu, positions learned up to 1024, output layer tied to the embedding."""
+    hyperparameters = ModelHyperparameters(num_layers=12, num_units=768, num_heads=12,
+                                           ffn_inner_dim=3072, ffn_activation="gelu")
+    return LanguageModel(hyperparameters, vocabulary_size, maximum_position=1024,
+                         gelu_approximation=True, **kwargs)
