@@ -20,10 +20,13 @@ def sequence_score(potentials, tags, transitions):
 
 
 def all_scores(potentials, transitions):
-    """{tag tuple: score} over every tag sequence of potentials [length, num_tags]."""
-    num_tags = potentials.shape[1]
-    return {tags: sequence_score(potentials, tags, transitions)
-            for tags in itertools.product(range(num_tags), repeat=potentials.shape[0])}
+    """(every tag sequence [count, length] in lexicographic order, their scores [count]) of
+    potentials [length, num_tags]: the same sum as `sequence_score`, for all rows at once."""
+    length, num_tags = potentials.shape
+    tags = np.array(list(itertools.product(range(num_tags), repeat=length)), np.int64)
+    scores = potentials[np.arange(length)[None, :], tags].sum(axis=1)
+    scores += transitions[tags[:, :-1], tags[:, 1:]].sum(axis=1)
+    return tags, scores
 
 
 def log_likelihood(potentials, tags, length, transitions):
@@ -32,7 +35,7 @@ def log_likelihood(potentials, tags, length, transitions):
         return 0.0
     potentials = np.asarray(potentials, np.float64)[:length]
     transitions = np.asarray(transitions, np.float64)
-    scores = np.array(list(all_scores(potentials, transitions).values()))
+    _, scores = all_scores(potentials, transitions)
     top = scores.max()
     log_norm = top + np.log(np.exp(scores - top).sum())
     return sequence_score(potentials, list(tags[:length]), transitions) - log_norm
@@ -41,6 +44,6 @@ def log_likelihood(potentials, tags, length, transitions):
 def viterbi(potentials, length, transitions):
     """(best tag tuple, its score) of potentials[:length] (length >= 1)."""
     potentials = np.asarray(potentials, np.float64)[:length]
-    scores = all_scores(potentials, np.asarray(transitions, np.float64))
-    best = max(scores, key=lambda tags: (scores[tags], [-t for t in tags]))
-    return best, scores[best]
+    tags, scores = all_scores(potentials, np.asarray(transitions, np.float64))
+    best = int(np.argmax(scores))  # the first of equal maxima: the lowest ids
+    return tuple(tags[best].tolist()), float(scores[best])

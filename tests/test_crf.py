@@ -115,3 +115,36 @@ def test_gradient_of_the_log_likelihood_is_the_marginals(addons):
     np.testing.assert_allclose(gradient.sum(-1)[mask], 0.0, atol=1e-5)
     assert np.all(gradient[~mask] == 0)
     assert np.abs(gradient[mask]).max() > 0.1
+
+
+def test_same_numbers_on_the_jax_backend():
+    """The CRF is keras.ops only: under KERAS_BACKEND=jax it gives Addons' numbers too."""
+    import importlib.util
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    script = (
+        "import numpy as np, keras\n"
+        "assert keras.backend.backend() == 'jax'\n"
+        # (loaded by path: the package's __init__ files would import TensorFlow)
+        "import importlib.util\n"
+        "spec = importlib.util.spec_from_file_location('crf', 'opennmt_lite/layers/crf.py')\n"
+        "crf = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(crf)\n"
+        f"d = np.load({os.path.join(FIXTURE, 'crf.npz')!r})\n"
+        "p, g, n, t = (d['case0_' + k] for k in ('potentials', 'gold', 'lengths', 'transitions'))\n"
+        "ll = np.asarray(crf.crf_log_likelihood(p, g, n, t))\n"
+        "tags, best = (np.asarray(x) for x in crf.crf_decode(p, t, n))\n"
+        "assert np.allclose(ll, d['case0_log_likelihood'], rtol=1e-5, atol=1e-5), ll\n"
+        "assert np.allclose(best, d['case0_best_score'], rtol=1e-5, atol=1e-5), best\n"
+        "for b, k in enumerate(n):\n"
+        "    assert tags[b, :k].tolist() == d['case0_decoded'][b, :k].tolist()\n"
+        "print('ok')\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    result = subprocess.run([sys.executable, "-c", script], cwd=root, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stderr[-2000:]
