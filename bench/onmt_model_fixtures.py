@@ -4,6 +4,7 @@ with the OpenNMT-tf virtual environment's Python; see bench/onmt_env.py):
 
     /work/onmt-venv/bin/python bench/onmt_model_fixtures.py [--only NAME] [WORK]
     /work/onmt-venv/bin/python bench/onmt_model_fixtures.py --gpt2-variables
+    /work/onmt-venv/bin/python bench/onmt_model_fixtures.py --bioes
 
 NAME: tagger_crf, tagger, classifier, lm (default: all four). Each one is trained in WORK/NAME
 (a scratch folder), then its files listed in `KEEP` are copied to tests/fixtures/onmt_tf_NAME/.
@@ -478,6 +479,35 @@ def gpt2_variables(path):
              if name.startswith("model/")}
     with open(path, "w") as f:
         json.dump(names, f, indent=0, sort_keys=True)
+
+
+def bioes_reference(path):
+    """bioes_counts.json: OpenNMT-tf's `flag_bioes_tags` turned into (true positives, false
+    positives, false negatives) for 300 random pairs of tag sequences, ill-formed chunks
+    included (tags drawn from O, B-X, I-X, E-X, S-X, B-Y, E-Y, S-Y)."""
+    from opennmt.models.sequence_tagger import flag_bioes_tags
+
+    rng = np.random.default_rng(5)
+    tags = ["O", "B-X", "I-X", "E-X", "S-X", "B-Y", "E-Y", "S-Y"]
+    cases = []
+    for _ in range(300):
+        length = int(rng.integers(1, 9))
+        gold = [tags[i] for i in rng.choice(len(tags), length, p=[.4] + [.6 / 7] * 7)]
+        # The prediction: the gold tags with some changed, so that chunks often match.
+        predicted = [tag if rng.random() < 0.7 else tags[rng.integers(len(tags))] for tag in gold]
+        gold_flags, predicted_flags = flag_bioes_tags(
+            np.array([[t.encode() for t in gold]]), np.array([[t.encode() for t in predicted]]),
+            np.array([length]))
+        counts = [int(np.sum(gold_flags & predicted_flags)), int(np.sum(~gold_flags & predicted_flags)),
+                  int(np.sum(gold_flags & ~predicted_flags))]
+        cases.append({"gold": gold, "predicted": predicted, "counts": counts})
+    with open(path, "w") as f:
+        json.dump(cases, f, indent=0)
+
+
+if __name__ == "__main__" and sys.argv[1:2] == ["--bioes"]:
+    bioes_reference(os.path.join(FIXTURES, "onmt_tf_tagger_crf", "bioes_counts.json"))
+    sys.exit(0)
 
 
 if __name__ == "__main__" and sys.argv[1:2] == ["--gpt2-variables"]:

@@ -211,3 +211,17 @@ def test_training_continues_from_the_opennmt_tf_checkpoint(name):
     assert after < before
     if transitions is not None:
         assert np.abs(np.array(model.transition_params) - transitions).max() > 1e-4
+
+
+def test_bioes_counts_equal_opennmt_tf_flags():
+    """300 random gold / predicted tag sequences, ill-formed chunks included: the same counts as
+    OpenNMT-tf's `flag_bioes_tags` (bioes_counts.json, recorded in its environment)."""
+    import json
+
+    from opennmt_lite.inference.tagging_metrics import bioes_counts
+
+    with open(os.path.join(FIXTURES, "onmt_tf_tagger_crf", "bioes_counts.json")) as f:
+        cases = json.load(f)
+    for case in cases:
+        assert list(bioes_counts(case["gold"], case["predicted"])) == case["counts"], case
+    assert len({tuple(case["counts"]) for case in cases}) > 8
