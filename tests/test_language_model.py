@@ -146,3 +146,14 @@ def test_training_continues_from_the_opennmt_tf_checkpoint():
         variables = model.trainable_variables
         optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     assert float(loss_fn()) < before
+
+
+def test_cached_and_uncached_greedy_agree(loaded):
+    """The key/value-cached path (prefixes grouped by length) and the path recomputing every
+    position over one padded batch give the same continuations."""
+    model, vocabulary = loaded
+    prefixes = _lines(os.path.join(FIXTURE, "test.first100.prefix.en"))[:24]
+    ids, length = _batch(vocabulary, prefixes)
+    assert len(set(length.tolist())) > 2
+    cached = model.greedy_continue(ids, length, maximum_length=12)
+    assert cached == model.greedy_continue_uncached(ids, length, maximum_length=12)

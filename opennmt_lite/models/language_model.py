@@ -80,10 +80,14 @@ class LanguageModelLayer(_TransformerLayer):
         self.self_attention.build(input_shape)
         self.ffn.build(input_shape)
 
-    def call(self, inputs, attention_mask=None, positions=None, training=None):
-        outputs, _ = self.self_attention(inputs, attention_mask=attention_mask,
-                                         positions=positions, training=training)
-        return self.ffn(outputs, training=training)
+    def call(self, inputs, attention_mask=None, positions=None, training=None, cache=None):
+        """With `cache` ((keys, values) [batch, heads, time_cached, depth / heads] of the earlier
+        positions): -> (outputs, the cache extended by these positions)."""
+        outputs, new_cache = self.self_attention(inputs, attention_mask=attention_mask,
+                                                 positions=positions, training=training,
+                                                 cache=cache)
+        outputs = self.ffn(outputs, training=training)
+        return outputs if cache is None else (outputs, new_cache)
 
 
 class LanguageModelDecoder(TransformerStack):
@@ -125,6 +129,32 @@ class LanguageModelDecoder(TransformerStack):
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return self.output_layer(x)
+
+    def empty_cache(self, batch):
+        """Per layer, (keys, values) of no position: [batch, heads, 0, depth / heads]."""
+        heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
+        empty = ops.zeros((batch, heads, 0, units // heads), self.compute_dtype)
+        return [(empty, empty) for _ in self.layers]
+
+    def decode_cached(self, inputs, positions, cache):
+        """Inference on new positions after the cached ones, every row as long:
+        inputs [batch, time, depth] at `positions` [time] (0-based, following the cache's)
+        -> (logits [batch, time, vocabulary_size], the extended cache)."""
+        x = self.embed(inputs, positions, False)
+        time = ops.shape(inputs)[1]
+        cached = ops.shape(cache[0][0])[2]
+        # Query i (at cached + i) sees the cached keys and the new ones up to itself.
+        keys = ops.arange(cached + time)[None, :]
+        mask = ops.cast(keys <= cached + ops.arange(time)[:, None], "float32")
+        mask = ops.broadcast_to(mask[None], (ops.shape(inputs)[0], time, cached + time))
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache):
+            x, layer_cache = layer(x, attention_mask=mask, positions=positions,
+                                   training=False, cache=layer_cache)
+            new_cache.append(layer_cache)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return self.output_layer(x), new_cache
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -175,7 +205,42 @@ class LanguageModel(keras.Model):
     def greedy_continue(self, ids, length, maximum_length=250):
         """Greedy continuation of each prefix ids[b, :length[b]] (prefixes may differ in length):
         a list of the generated id lists, each up to (without) `</s>` and at most
-        `maximum_length` ids long, `</s>` counted."""
+        `maximum_length` ids long, `</s>` counted. The prefixes of each length are decoded
+        together, with a key/value cache."""
+        ids = np.asarray(ids, np.int32)
+        length = np.asarray(length, np.int32)
+        generated = [None] * ids.shape[0]
+        for prefix_length in np.unique(length):
+            rows = np.flatnonzero(length == prefix_length)
+            group = self._greedy_cached(ids[rows, :prefix_length], maximum_length)
+            for row, continuation in zip(rows, group):
+                generated[row] = continuation
+        return generated
+
+    def _greedy_cached(self, ids, maximum_length):
+        """greedy_continue of prefixes ids [batch, time] of one length."""
+        batch, time = ids.shape
+        logits, cache = self.decoder.decode_cached(
+            self.examples_inputter(ids), ops.arange(time), self.decoder.empty_cache(batch))
+        generated = [[] for _ in range(batch)]
+        done = np.zeros(batch, bool)
+        for step in range(maximum_length):
+            next_ids = np.asarray(logits[:, -1]).argmax(-1).astype(np.int32)
+            for b in np.flatnonzero(~done):
+                if next_ids[b] == END_ID:
+                    done[b] = True
+                else:
+                    generated[b].append(int(next_ids[b]))
+            if done.all() or step == maximum_length - 1:
+                break
+            logits, cache = self.decoder.decode_cached(
+                self.examples_inputter(next_ids[:, None]), ops.arange(time + step, time + step + 1),
+                cache)
+        return generated
+
+    def greedy_continue_uncached(self, ids, length, maximum_length=250):
+        """greedy_continue recomputing every position at each step, all prefixes in one batch
+        (a reference for the cached path)."""
         ids = np.asarray(ids, np.int32)
         length = np.asarray(length, np.int32).copy()
         batch = ids.shape[0]
