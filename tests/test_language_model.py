@@ -93,15 +93,12 @@ def test_eval_loss_equals_opennmt_tf(loaded):
 def test_greedy_continuations_equal_opennmt_tf(loaded):
     """`onmt-main infer` of 100 prefixes of 1 to 4 words (maximum_decoding_length 30), all in
     one batch of mixed lengths here (OpenNMT-tf needs one length per batch)."""
+    from opennmt_lite.inference.other_models import continue_lines
+
     model, vocabulary = loaded
     prefixes = _lines(os.path.join(FIXTURE, "test.first100.prefix.en"))
     expected = _lines(os.path.join(FIXTURE, "pred.first100.greedy.en"))
-    ids, length = _batch(vocabulary, prefixes)
-    generated = model.greedy_continue(ids, length, maximum_length=30)
-    predicted = []
-    for b, prefix in enumerate(prefixes):
-        prefix_tokens = vocabulary.to_tokens(ids[b, : length[b]])
-        predicted.append(" ".join(prefix_tokens + vocabulary.to_tokens(generated[b])))
+    predicted = continue_lines(model, vocabulary, prefixes, maximum_length=30, batch_size=100)
     same = sum(p == e for p, e in zip(predicted, expected))
     assert same >= 99, [(p, e) for p, e in zip(predicted, expected) if p != e][:3]
     assert len(set(expected)) > 50  # the continuations differ from one another

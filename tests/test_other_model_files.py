@@ -78,3 +78,42 @@ def test_refused_one_line(tmp_path, body, message):
     with pytest.raises(ModelFileError, match=message) as error:
         read_other_model_file(str(path))
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["tagger_crf", "classifier", "lm"])
+def test_inference_lines_equal_opennmt_tf_files(name):
+    """opennmt_lite/inference/other_models.py's lines, model built from the fixture's model.py:
+    the files `onmt-main infer` / `score` wrote, all 100 lines (scores within 1e-4). (The
+    language model's continuations: tests/test_language_model.py, `continue_lines` there.)"""
+    from opennmt_lite.checkpointing.onmt_encoder_models import (load_onmt_language_model,
+                                                                load_onmt_model)
+    from opennmt_lite.data.labels import read_label_vocabulary
+    from opennmt_lite.data.vocab import Vocabulary
+    from opennmt_lite.inference import other_models
+
+    fixture = os.path.join(FIXTURES, f"onmt_tf_{name}")
+    description = read_other_model_file(os.path.join(fixture, "model.py"))
+    if name == "lm":
+        vocabulary = Vocabulary.from_file(os.path.join(fixture, "vocab.txt"))
+        model = build_model(description, vocabulary.num_ids)
+        load_onmt_language_model(fixture, model)
+        scored = other_models.score_lines(model, vocabulary,
+                                          _lines(os.path.join(fixture, "test.first100.tok.en")),
+                                          batch_size=100)
+        expected = _lines(os.path.join(fixture, "score.first100.txt"))
+        assert [s.split(" ||| ")[1] for s in scored] == [e.split(" ||| ")[1] for e in expected]
+        np.testing.assert_allclose([float(s.split(" ||| ")[0]) for s in scored],
+                                   [float(e.split(" ||| ")[0]) for e in expected], atol=1e-4)
+        return
+    vocabulary = Vocabulary.from_file(os.path.join(fixture, "src-vocab.txt"))
+    kind = "labels" if name == "classifier" else "tags"
+    labels = read_label_vocabulary(os.path.join(fixture, f"{kind}-vocab.txt"), kind)
+    model = build_model(description, vocabulary.num_ids, len(labels))
+    load_onmt_model(fixture, model)
+    inputs = _lines(os.path.join(fixture, "test.first100.tok.en"))
+    if name == "classifier":
+        lines = other_models.classify_lines(model, vocabulary, labels, inputs, batch_size=16)
+        assert lines == _lines(os.path.join(fixture, "pred.first100.labels"))
+    else:
+        lines = other_models.tag_lines(model, vocabulary, labels, inputs, batch_size=16)
+        assert lines == _lines(os.path.join(fixture, "pred.first100.tags"))
