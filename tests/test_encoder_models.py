@@ -225,3 +225,34 @@ def test_bioes_counts_equal_opennmt_tf_flags():
     for case in cases:
         assert list(bioes_counts(case["gold"], case["predicted"])) == case["counts"], case
     assert len({tuple(case["counts"]) for case in cases}) > 8
+
+
+@pytest.mark.parametrize("name", ["tagger_crf", "lm"])
+def test_adam_state_restored_from_the_opennmt_tf_checkpoint(name):
+    """OpenNMT-tf's Adam moments and step go into a Keras Adam: training resumes at its step
+    with its moments (checked against the checkpoint's own values)."""
+    import keras
+    import tensorflow as tf
+
+    from opennmt_lite.checkpointing import store
+    from opennmt_lite.checkpointing.names import slot_variables
+    from opennmt_lite.checkpointing.onmt_encoder_models import assign_optimizer_state
+
+    if name == "lm":
+        from tests.test_language_model import _load as load_language_model
+
+        model, _ = load_language_model()
+        fixture, steps = os.path.join(FIXTURES, "onmt_tf_lm"), 3000
+        variable, onmt = model.examples_inputter.embedding, "model/examples_inputter/embedding"
+    else:
+        fixture, model, _, _ = _load(name)
+        steps = 1000
+        variable, onmt = model.transition_params, "model/transition_params"
+    optimizer = keras.optimizers.Adam(learning_rate=0.002)
+    optimizer.build(model.trainable_variables)
+    prefix = store.resolve(fixture)
+    assert assign_optimizer_state(prefix, model, optimizer) == steps
+    slot = f"{onmt}/.OPTIMIZER_SLOT/optimizer/m"
+    expected = tf.train.load_variable(prefix, slot + "/.ATTRIBUTES/VARIABLE_VALUE")
+    np.testing.assert_array_equal(np.asarray(slot_variables(optimizer, variable)["m"]), expected)
+    assert np.abs(expected).max() > 0
