@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from tests import numpy_crf_reference as reference
+import numpy_crf_reference as reference
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "onmt_tf_tagger_crf")
 CASES = (0, 1, 2)

@@ -239,7 +239,7 @@ def test_adam_state_restored_from_the_opennmt_tf_checkpoint(name):
     from opennmt_lite.checkpointing.onmt_encoder_models import assign_optimizer_state
 
     if name == "lm":
-        from tests.test_language_model import _load as load_language_model
+        from test_language_model import _load as load_language_model
 
         model, _ = load_language_model()
         fixture, steps = os.path.join(FIXTURES, "onmt_tf_lm"), 3000
