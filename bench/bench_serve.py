@@ -20,7 +20,9 @@ the answers still due (each bounded by a client timeout): it stops by itself.
 Two servers per backend, each started once and given every level in turn:
 * batched: serve.max_batch_size 64, serve.batch_timeout_ms 0, serve.batch_workers: the default
   (every core for CTranslate2, 1 for TensorFlow);
-* one at a time: max_batch_size 1, batch_workers 1 (no batching across requests).
+* one at a time: max_batch_size 1 (no batching across requests), the same batch_workers: the same
+  CTranslate2 threads, each translating one request at a time (with batch_workers 1 the batched
+  server would have had twice the cores of this one on a 2-core machine).
 Per level: sentences/s, target tokens/s (the server's counter: the best hypotheses' pieces),
 p50/p95/p99 latency seen by the clients, and the mean batch size formed (the server's
 `batch_size` histogram, read from GET /metrics before and after). The ratio at 32 clients
@@ -53,7 +55,7 @@ DEFAULT_CONFIG = os.path.join("tests", "fixtures", "ct2_models", "postnorm", "co
 CACHE = os.path.join(ROOT, "runs", "bench_cache", "serve")
 HOST = "127.0.0.1"  # loopback only
 BATCHED = {"max_batch_size": 64}
-ONE_AT_A_TIME = {"max_batch_size": 1, "batch_workers": 1}
+ONE_AT_A_TIME = {"max_batch_size": 1}  # (the same workers: as many one-sentence batches at once)
 SAMPLE_STEPS = 150
 
 
@@ -67,6 +69,9 @@ def sample_model():
         text = f.read().replace("runs/sample", os.path.relpath(directory, ROOT))
     config = yaml.safe_load(text)
     config["params"]["decay_params"]["warmup_steps"] = 100  # (a short run must still learn </s>)
+    # An undertrained model loops ("beimmmm...") or stops after a piece or two; decoding capped at
+    # 16 pieces gives a translation's cost (data/test.de: 13 pieces on average).
+    config["params"]["maximum_decoding_length"] = 16
     config["train"].update(max_step=SAMPLE_STEPS, save_checkpoints_steps=SAMPLE_STEPS)
     config["eval"]["steps"] = 10 * SAMPLE_STEPS  # (no evaluation: the benchmark needs none)
     os.makedirs(directory, exist_ok=True)
