@@ -2,12 +2,16 @@
 and 128 concurrent clients, batched across requests against one request at a time, for the
 CTranslate2 and SavedModel backends; then an overload run; then SIGTERM under load.
 
-    python bench/bench_serve.py [--config CONFIG] [--clients 1 8 32 128] [--seconds 10]
+    python bench/bench_serve.py [--config CONFIG | --sample-model] [--clients 1 8 32 128] [--seconds 10]
         [--max-requests 5000] [--backends ctranslate2 saved_model] [--overload-clients 512]
         [--output runs/bench_results/serve-<time>.json]
 
 The model is CONFIG's newest checkpoint (default: tests/fixtures/ct2_models/postnorm, 2 layers of
 64 units, SentencePiece, beam 4), exported once (`run.py export`) into runs/bench_cache/serve/.
+`--sample-model`: configs/sample.yml's model instead (3 layers of 256 units, beam 4), trained
+once into runs/bench_cache/serve/sample/ for SAMPLE_STEPS steps (warm-up shortened so that its
+translations end with </s> rather than run to the maximum length; ~15 minutes on 2 busy cores):
+a model whose decoding, not the HTTP path, is most of a request's cost.
 Each client sends one-sentence requests (the lines of data/test.en in turn, each client from its
 own offset) one after another on a keep-alive connection, from an asyncio HTTP/1.1 client in this
 process. A level runs --seconds or --max-requests requests, whichever comes first, then waits for
@@ -16,7 +20,9 @@ the answers still due (each bounded by a client timeout): it stops by itself.
 Two servers per backend, each started once and given every level in turn:
 * batched: serve.max_batch_size 64, serve.batch_timeout_ms 0, serve.batch_workers: the default
   (every core for CTranslate2, 1 for TensorFlow);
-* one at a time: max_batch_size 1, batch_workers 1 (no batching across requests).
+* one at a time: max_batch_size 1 (no batching across requests), the same batch_workers: the same
+  CTranslate2 threads, each translating one request at a time (with batch_workers 1 the batched
+  server would have had twice the cores of this one on a 2-core machine).
 Per level: sentences/s, target tokens/s (the server's counter: the best hypotheses' pieces),
 p50/p95/p99 latency seen by the clients, and the mean batch size formed (the server's
 `batch_size` histogram, read from GET /metrics before and after). The ratio at 32 clients
@@ -49,7 +55,31 @@ DEFAULT_CONFIG = os.path.join("tests", "fixtures", "ct2_models", "postnorm", "co
 CACHE = os.path.join(ROOT, "runs", "bench_cache", "serve")
 HOST = "127.0.0.1"  # loopback only
 BATCHED = {"max_batch_size": 64}
-ONE_AT_A_TIME = {"max_batch_size": 1, "batch_workers": 1}
+ONE_AT_A_TIME = {"max_batch_size": 1}  # (the same workers: as many one-sentence batches at once)
+SAMPLE_STEPS = 150
+
+
+def sample_model():
+    """The config of configs/sample.yml's model trained briefly under CACHE/sample (trained once)."""
+    import yaml
+
+    directory = os.path.join(CACHE, "sample")
+    config_path = os.path.join(directory, "config.yml")
+    with open(os.path.join(ROOT, "configs", "sample.yml")) as f:
+        text = f.read().replace("runs/sample", os.path.relpath(directory, ROOT))
+    config = yaml.safe_load(text)
+    config["params"]["decay_params"]["warmup_steps"] = 100  # (a short run must still learn </s>)
+    # An undertrained model loops ("beimmmm...") or stops after a piece or two; decoding capped at
+    # 16 pieces gives a translation's cost (data/test.de: 13 pieces on average).
+    config["params"]["maximum_decoding_length"] = 16
+    config["train"].update(max_step=SAMPLE_STEPS, save_checkpoints_steps=SAMPLE_STEPS)
+    config["eval"]["steps"] = 10 * SAMPLE_STEPS  # (no evaluation: the benchmark needs none)
+    os.makedirs(directory, exist_ok=True)
+    with open(config_path, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    if not os.path.isfile(os.path.join(directory, "checkpoints", f"ckpt-{SAMPLE_STEPS}.index")):
+        subprocess.run([sys.executable, "run.py", "train", "--config", config_path], cwd=ROOT, check=True)
+    return config_path
 
 
 # -- the client --------------------------------------------------------------------------------
@@ -270,6 +300,8 @@ def sigterm(config, path, sentences, log_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=DEFAULT_CONFIG)
+    parser.add_argument("--sample-model", action="store_true",
+                        help="configs/sample.yml's model, trained briefly here once, not --config")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--max-requests", type=int, default=5000)
@@ -279,6 +311,8 @@ def main():
     parser.add_argument("--output")
     args = parser.parse_args()
     os.chdir(ROOT)
+    if args.sample_model:
+        args.config = sample_model()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = os.path.join(ROOT, "runs", "bench_results", f"serve-{stamp}")
     os.makedirs(log_dir, exist_ok=True)
