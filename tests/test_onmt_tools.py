@@ -4,6 +4,7 @@ same vocabulary files, tokens and merged configuration; the same command lines a
 errors as one line with exit status 2."""
 
 import io
+import os
 import sys
 
 import pytest
@@ -104,6 +105,13 @@ def test_space_and_character_tokenizers_round_trip(monkeypatch):
     status, tokens = run_with_stdin(tools.tokenize_text, character, "ab c\n".encode(), monkeypatch)
     assert (status, tokens.decode()) == (0, "a b \u2581 c\n")
     assert run_with_stdin(tools.detokenize_text, character, tokens, monkeypatch) == (0, b"ab c\n")
+
+
+def test_a_delimiter_that_is_not_utf8_is_printed_as_its_bytes(monkeypatch):
+    """argv holds such bytes as lone surrogates (os.fsdecode); they were a traceback once."""
+    delimiter = os.fsdecode(b"\xff")
+    assert run_with_stdin(tools.tokenize_text, ["--delimiter", delimiter], b"a b\n", monkeypatch) == (
+        0, b"a\xffb\n")
 
 
 def test_merge_config_prints_what_opennmt_tf_prints(capsys, monkeypatch):

@@ -90,7 +90,9 @@ def _stdin_lines():
 
 
 def _print_line(text):
-    _write_out(text.encode("utf-8") + b"\n")
+    # (surrogateescape: a --delimiter given as bytes that are not UTF-8 reaches argv as lone
+    # surrogates, and is printed back as those bytes, as a byte-oriented tool would)
+    _write_out(text.encode("utf-8", "surrogateescape") + b"\n")
 
 
 def _write_out(data):
