@@ -7,22 +7,9 @@ import os
 
 import numpy as np
 import pytest
+from test_encoder_models import _batch, _lines
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "onmt_tf_lm")
-
-
-def _lines(path):
-    with open(path, encoding="utf-8") as f:
-        return [line.rstrip("\n") for line in f]
-
-
-def _batch(vocabulary, sentences):
-    ids = [vocabulary.lookup(sentence.split()) for sentence in sentences]
-    length = np.array([len(i) for i in ids], np.int32)
-    padded = np.zeros((len(ids), length.max()), np.int32)
-    for row, values in zip(padded, ids):
-        row[: len(values)] = values
-    return padded, length
 
 
 def _load():

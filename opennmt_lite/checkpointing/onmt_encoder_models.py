@@ -9,7 +9,7 @@ embedding under its inputter; our models use the same attribute names except the
 
 from opennmt_lite.checkpointing import store
 from opennmt_lite.checkpointing.names import named_variables
-from opennmt_lite.checkpointing.onmt_names import KIND, SOURCE_EMBEDDING
+from opennmt_lite.checkpointing.onmt_names import KIND, SOURCE_EMBEDDING, assign_optimizer_slots
 
 
 def model_mapping(model):
@@ -49,22 +49,6 @@ def assign_optimizer_state(prefix, model, optimizer):
     """Copies an OpenNMT-tf checkpoint's Adam slots (`m`, `v`) and step of a tagger, classifier
     or language model into a built Keras Adam `optimizer`, so that training continues where
     OpenNMT-tf stopped. Returns the restored step (0 if the checkpoint holds none)."""
-    from opennmt_lite.checkpointing.names import named_trainable, optimizer_state
-
     mapping = (model_mapping(model) if hasattr(model, "encoder")
                else language_model_mapping(model))
-    onmt_name = {id(variable): name for name, variable in mapping.items()}
-    stored = store.contents(prefix)
-    trainable = named_trainable(model)
-    state = optimizer_state(optimizer, trainable)
-    targets = {}
-    for path, variable in trainable.items():
-        for slot in ("m", "v"):
-            name = f"{onmt_name[id(variable)]}/.OPTIMIZER_SLOT/optimizer/{slot}"
-            if name in stored and f"{slot}/{path}" in state:
-                targets[name] = state[f"{slot}/{path}"]
-    if "optimizer/iter" in stored:
-        targets["optimizer/iter"] = state["iterations"]
-    for name, value in store.read(prefix, targets).items():
-        targets[name].assign(value)
-    return int(state["iterations"].numpy()) if "optimizer/iter" in targets else 0
+    return assign_optimizer_slots(prefix, mapping, model, optimizer)

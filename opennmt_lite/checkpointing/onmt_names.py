@@ -83,8 +83,15 @@ def assign_optimizer_state(prefix, model, optimizer):
     """Copies an OpenNMT-tf checkpoint's Adam/LazyAdam slots (`m`, `v`) and step (`iter`) into a
     built Keras Adam `optimizer`, so training continues where OpenNMT-tf stopped.
     Returns the restored step (0 if the checkpoint holds no optimizer state)."""
+    return assign_optimizer_slots(prefix, model_mapping(model, store.contents(prefix)), model,
+                                  optimizer)
+
+
+def assign_optimizer_slots(prefix, mapping, model, optimizer):
+    """assign_optimizer_state for any model whose {checkpoint name: variable} map is `mapping`
+    (a translation model's, a tagger's, a language model's)."""
     stored = store.contents(prefix)
-    onmt_name = {id(v): name for name, v in model_mapping(model, stored).items()}
+    onmt_name = {id(v): name for name, v in mapping.items()}
     trainable = named_trainable(model)
     state = optimizer_state(optimizer, trainable)
     targets = {}  # {checkpoint name: our slot variable}
