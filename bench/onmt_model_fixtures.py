@@ -51,31 +51,26 @@ TRANSFORMER_ENCODER = """\
             ffn_dropout=0.1,
         ),"""
 
+
+def tagger_model_file(name, crf_decoding):
+    """The model.py of a tagger fixture (with or without CRF decoding)."""
+    return f'''"""OpenNMT-tf 2.32 custom model file of the "onmt_tf_{name}" fixture."""
+
+import opennmt
+
+
+def model():
+    return opennmt.models.SequenceTagger(
+        inputter=opennmt.inputters.WordEmbedder(embedding_size=32),
+{TRANSFORMER_ENCODER}
+        crf_decoding={crf_decoding},
+    )
+'''
+
+
 MODEL_FILES = {
-    "tagger_crf": f'''"""OpenNMT-tf 2.32 custom model file of the "onmt_tf_tagger_crf" fixture."""
-
-import opennmt
-
-
-def model():
-    return opennmt.models.SequenceTagger(
-        inputter=opennmt.inputters.WordEmbedder(embedding_size=32),
-{TRANSFORMER_ENCODER}
-        crf_decoding=True,
-    )
-''',
-    "tagger": f'''"""OpenNMT-tf 2.32 custom model file of the "onmt_tf_tagger" fixture."""
-
-import opennmt
-
-
-def model():
-    return opennmt.models.SequenceTagger(
-        inputter=opennmt.inputters.WordEmbedder(embedding_size=32),
-{TRANSFORMER_ENCODER}
-        crf_decoding=False,
-    )
-''',
+    "tagger_crf": tagger_model_file("tagger_crf", True),
+    "tagger": tagger_model_file("tagger", False),
     "classifier": f'''"""OpenNMT-tf 2.32 custom model file of the "onmt_tf_classifier" fixture."""
 
 import opennmt
