@@ -28,6 +28,19 @@ def _batch(vocabulary, sentences):
     return padded, length
 
 
+def adam_steps(model, loss_fn, steps):
+    """`steps` plain Adam updates (learning rate 0.002) of every trainable weight on loss_fn()."""
+    import keras
+    import tensorflow as tf
+
+    optimizer = keras.optimizers.Adam(learning_rate=0.002)
+    for _ in range(steps):
+        with tf.GradientTape() as tape:
+            loss = loss_fn()
+        variables = model.trainable_variables
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+
+
 def _load(name):
     from opennmt_lite.checkpointing.onmt_encoder_models import load_onmt_model
     from opennmt_lite.data.vocab import Vocabulary
@@ -199,14 +212,9 @@ def test_training_continues_from_the_opennmt_tf_checkpoint(name):
                 targets, logits, from_logits=True))
         return model.crf_loss(logits, targets, length)
 
-    optimizer = keras.optimizers.Adam(learning_rate=0.002)
     transitions = None if name == "classifier" else np.array(model.transition_params)
     before = float(loss_fn())
-    for _ in range(5):
-        with tf.GradientTape() as tape:
-            loss = loss_fn()
-        variables = model.trainable_variables
-        optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    adam_steps(model, loss_fn, 5)
     after = float(loss_fn())
     assert after < before
     if transitions is not None:

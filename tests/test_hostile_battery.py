@@ -21,6 +21,7 @@ import copy
 import math
 import os
 import random
+import shutil
 import signal
 
 import pytest
@@ -226,6 +227,22 @@ class Hang(Exception):
     pass
 
 
+def run_case(call, capsys, tmp_path):
+    """(exit code or "hang", standard error) of one hostile case, under TIME_LIMIT; the case's
+    output folder removed."""
+    capsys.readouterr()
+    signal.alarm(TIME_LIMIT)
+    try:
+        code = call()
+    except Hang:
+        code = "hang"
+    finally:
+        signal.alarm(0)
+    err = capsys.readouterr().err
+    shutil.rmtree(tmp_path / "out", ignore_errors=True)
+    return code, err
+
+
 def _alarm(signum, frame):
     raise Hang()
 
@@ -276,8 +293,6 @@ def option_cases(directory):
 
 
 def test_every_option_holds_up_to_hostile_values(project, files, tmp_path, capsys):
-    import shutil
-
     failures, counted, ran = [], {}, {}
     tables = parsers()
     previous = signal.signal(signal.SIGALRM, _alarm)
@@ -301,16 +316,7 @@ def test_every_option_holds_up_to_hostile_values(project, files, tmp_path, capsy
                 if command in ("train", "serve") or ran.get((command, option), 0) >= CASES_PER_OPTION:
                     continue
                 ran[(command, option)] = ran.get((command, option), 0) + 1
-            capsys.readouterr()
-            signal.alarm(TIME_LIMIT)
-            try:
-                code = run.main(argv)
-            except Hang:
-                code = "hang"
-            finally:
-                signal.alarm(0)
-            err = capsys.readouterr().err
-            shutil.rmtree(tmp_path / "out", ignore_errors=True)
+            code, err = run_case(lambda: run.main(argv), capsys, tmp_path)
             lines = [line for line in err.splitlines() if line.startswith("error:")]
             case = f"{command} {option} {value!r:.50}"
             if code == "hang" or "Traceback" in err or code not in (0, 2):
@@ -460,8 +466,6 @@ def test_every_option_of_opennmt_tfs_commands_holds_up_to_hostile_values(project
     """onmt-build-vocab, onmt-tokenize-text, onmt-detokenize-text, onmt-merge-config and every
     option of onmt-main (each run type's): the values of run.py's options, and for a number the
     values just outside its range, which the parser must refuse."""
-    import shutil
-
     tables = onmt_parsers()
     failures, counted, ran = [], {}, {}
     (tmp_path / "out").mkdir()
@@ -479,16 +483,7 @@ def test_every_option_of_opennmt_tfs_commands_holds_up_to_hostile_values(project
                 if command == "onmt-main train" or ran.get((command, name), 0) >= CASES_PER_OPTION:
                     continue
                 ran[(command, name)] = ran.get((command, name), 0) + 1
-            capsys.readouterr()
-            signal.alarm(TIME_LIMIT)
-            try:
-                code = run_onmt(command, argv)
-            except Hang:
-                code = "hang"
-            finally:
-                signal.alarm(0)
-            err = capsys.readouterr().err
-            shutil.rmtree(tmp_path / "out", ignore_errors=True)
+            code, err = run_case(lambda: run_onmt(command, argv), capsys, tmp_path)
             (tmp_path / "out").mkdir()
             lines = [line for line in err.splitlines() if "error:" in line]
             if code == "hang" or "Traceback" in err or code not in (0, 2):
