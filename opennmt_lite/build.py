@@ -22,10 +22,11 @@ import numpy as np
 from opennmt_lite import cpu
 from opennmt_lite.checkpointing import formats
 from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
-from opennmt_lite.config import ConfigError
+from opennmt_lite.config import SEQUENCE_CLASSIFIER, SEQUENCE_TAGGER, ConfigError
 from opennmt_lite.data import Controls, EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
 from opennmt_lite.data.embeddings import load_pretrained_embeddings
+from opennmt_lite.data.labels import LabelVocabulary, load_labeled_corpus
 from opennmt_lite.data.tokenizers import make_tokenizer
 from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.layers import fast_paths
@@ -63,8 +64,18 @@ def tokenizer(tokenization, name="tokenizer"):
     return make_tokenizer({"type": tokenization.type})
 
 
-def assets(data):
-    """Vocabularies and tokenizers named in the `data` section (clear errors when missing)."""
+def label_kind(model_config):
+    """What a sequence tagger's or classifier's data.target_vocabulary and train / eval labels
+    files hold: "tags" or "labels"; None for the other model types."""
+    return {SEQUENCE_TAGGER: "tags", SEQUENCE_CLASSIFIER: "labels"}.get(
+        getattr(model_config, "type", None))
+
+
+def assets(data, model_config=None):
+    """Vocabularies and tokenizers named in the `data` section (clear errors when missing). For a
+    sequence tagger or classifier (`model_config`), the target vocabulary is its tags or labels
+    (a `LabelVocabulary`) and there is no target tokenizer."""
+    kind = label_kind(model_config)
     for name in ("source_vocabulary", "target_vocabulary"):
         path = getattr(data, name)
         if not path:
@@ -83,6 +94,10 @@ def assets(data):
             # the vocabulary must have been built from this very model (see data/fingerprints.py)
             fingerprints.check(getattr(data, f"{side}_vocabulary"), tokenization.model,
                                name=f"data.{side}_vocabulary")
+    if kind is not None:
+        return Assets(Vocabulary.from_file(data.source_vocabulary),
+                      LabelVocabulary.from_file(data.target_vocabulary, kind),
+                      tokenizer(data.source_tokenization, "data.source_tokenization"), None)
     return Assets(
         Vocabulary.from_file(data.source_vocabulary),
         Vocabulary.from_file(data.target_vocabulary),
@@ -92,7 +107,10 @@ def assets(data):
 
 
 def model(model_config, assets):
-    """The Transformer of the `model` section, built (variables created)."""
+    """The model of the `model` section, built (variables created): the one place that
+    dispatches on model.type (a Transformer, or a sequence tagger or classifier)."""
+    if model_config.is_encoder_model:
+        return encoder_model(model_config, assets)
     hyperparameters = model_config.hyperparameters
     sizes = (assets.source_vocabulary.num_ids, assets.target_vocabulary.num_ids)
     if hyperparameters.shares_input_embeddings and sizes[0] != sizes[1]:
@@ -105,10 +123,28 @@ def model(model_config, assets):
     return transformer
 
 
+def encoder_model(model_config, assets):
+    """The SequenceTagger or SequenceClassifier of the `model` section, built: the source
+    vocabulary's ids in, one output per tag or label (data.target_vocabulary)."""
+    from opennmt_lite.models.encoder_models import SequenceClassifier, SequenceTagger
+
+    sizes = (assets.source_vocabulary.num_ids, assets.target_vocabulary.num_ids)
+    if model_config.type == SEQUENCE_TAGGER:
+        result = SequenceTagger(model_config.hyperparameters, *sizes,
+                                crf_decoding=model_config.crf_decoding)
+    else:
+        result = SequenceClassifier(model_config.hyperparameters, *sizes)
+    result.build()
+    return result
+
+
 def _pretrained_tables(transformer, data):
     """[(config key, `Embedding` section, WordEmbedder, its Vocabulary side)] of the tables that
     take pretrained vectors. With shared input tables the one table is the source's, as in
-    OpenNMT-tf (which never reads data.target_embedding then)."""
+    OpenNMT-tf (which never reads data.target_embedding then). None for a tagger or classifier
+    (the config refuses their embedding files)."""
+    if not hasattr(transformer, "source_inputter"):
+        return []
     tables = [("data.source_embedding", data.source_embedding, transformer.source_inputter, "source")]
     if not transformer.hyperparameters.shares_input_embeddings:
         tables.append(("data.target_embedding", data.target_embedding, transformer.target_inputter,
@@ -275,6 +311,35 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     return inputs
 
 
+def encoder_training_inputs(data, train, assets, strategy, kind):
+    """A sequence tagger's or classifier's `TrainingInput`s (`kind`: "tags" or "labels"), one per
+    replica shard, as `training_inputs`: its files read by data/labels.py (every mistake one
+    line naming file and line), batched as the Transformer's batches (target = the tags or
+    label)."""
+    from opennmt_lite.training.distribute import replica_shards
+
+    xla = xla_compiles(train, strategy)
+    width, to_boundary = bucket_padding(train, xla)
+    inputs = []
+    for num_shards, shard_index in replica_shards(strategy):
+        corpus = load_labeled_corpus(
+            data.train_features_file, data.train_labels_file, kind,
+            source_vocabulary=assets.source_vocabulary, labels=assets.target_vocabulary,
+            source_tokenizer=assets.source_tokenizer,
+            maximum_features_length=train.maximum_features_length,
+            num_shards=num_shards, shard_index=shard_index)
+        inputs.append(TrainingInput(
+            corpus=corpus, batch_size=train.batch_size, batch_type=train.batch_type,
+            batch_size_multiple=train.batch_size_multiple_or_default, scheme=train.batching,
+            length_bucket_width=width, sample_buffer_size=train.sample_buffer_size,
+            shuffle=True, seed=train.seed, repeat=not train.single_pass,
+            pad_to_multiple=train.pad_to_multiple, pad_to_bucket_boundary=to_boundary,
+            max_shapes=train.xla_shapes if xla else None,
+            accum_steps=accum_steps(train.effective_batch_size, train.batch_size, num_shards),
+            num_shards=num_shards, shard_index=shard_index))
+    return inputs
+
+
 def guided_alignment(params, train, xla=False):
     """The `GuidedAlignment` of the `params` section (with the training batches' bucket padding,
     `bucket_padding`), or None (check_training has made sure that data.train_alignments comes
@@ -334,9 +399,21 @@ def inference_input(features_file, infer_config, assets, data=None):
 
 def evaluator(config, transformer, assets, current_step=0):
     """The periodic evaluator of a training run (validation loss, scorers, early stopping);
-    its translations are greedy (beam 1), bounded by params.maximum_decoding_length."""
+    its translations are greedy (beam 1), bounded by params.maximum_decoding_length. A sequence
+    tagger's or classifier's: loss and OpenNMT-tf's metrics (inference/encoder_evaluation.py)."""
     from opennmt_lite.inference.decoding import DecodingOptions
     from opennmt_lite.inference.evaluation import Evaluator
+
+    if config.model.is_encoder_model:
+        from opennmt_lite.inference.encoder_evaluation import EncoderModelEvaluator
+
+        return EncoderModelEvaluator(
+            transformer, assets, config.data.eval_features_file, config.data.eval_labels_file,
+            label_kind(config.model), config.eval, os.path.join(config.model_dir, "eval"),
+            tagging_scheme=config.data.tagging_scheme, current_step=current_step,
+            exporter=(best_model_exporter(config, transformer, assets)
+                      if config.eval.export_on_best else None),
+            export_directory=os.path.join(config.model_dir, "export"))
 
     return Evaluator(
         transformer, assets, evaluation_input(config.data, config.eval, assets),
@@ -446,7 +523,7 @@ def trainer(config, with_evaluation=None):
     warn_surprises(train, strategy.num_replicas_in_sync if strategy else 1)
     set_precision(train.dtype_policy)
     keras.utils.set_random_seed(train.seed)
-    built_assets = assets(config.data)
+    built_assets = assets(config.data, config.model)
     with strategy.scope() if strategy else contextlib.nullcontext():
         transformer = model(config.model, built_assets)
         freeze_embeddings(transformer, config.data)
@@ -455,8 +532,12 @@ def trainer(config, with_evaluation=None):
         built_optimizer.build(transformer.trainable_variables)
         moving_average = (MovingAverage(transformer, train.moving_average_decay)
                           if train.moving_average_decay is not None else None)
-    inputs = training_inputs(config.data, train, built_assets, strategy,
-                             negatives=contrastive_negatives(config.params, built_assets))
+    if config.model.is_encoder_model:
+        inputs = encoder_training_inputs(config.data, train, built_assets, strategy,
+                                         label_kind(config.model))
+    else:
+        inputs = training_inputs(config.data, train, built_assets, strategy,
+                                 negatives=contrastive_negatives(config.params, built_assets))
     step = TrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
@@ -484,7 +565,7 @@ def training_checkpoint(config, save_dir=None):
     checkpointing/training_checkpoint.py), built in its training precision as `trainer` builds
     them, saving to `save_dir`, not restored: for checkpoint averaging and vocabulary updates."""
     policy = set_precision(config.train.dtype_policy)
-    transformer = model(config.model, assets(config.data))
+    transformer = model(config.model, assets(config.data, config.model))
     freeze_embeddings(transformer, config.data)  # (the optimizer state of the run's checkpoints)
     freeze(transformer, config.params)
     built_optimizer = optimizer(config.params, policy)
@@ -517,7 +598,7 @@ def inference_model(config, checkpoint=None, required=True):
     that use a trained model: infer, export, evaluate, score, inspect. With `required` False and
     no checkpoint anywhere, the weights stay random and the path is None (inspect)."""
     set_precision("float32")
-    built_assets = assets(config.data)
+    built_assets = assets(config.data, config.model)
     transformer = model(config.model, built_assets)
     try:
         path = formats.restore_weights(transformer, config.model_dir, checkpoint)

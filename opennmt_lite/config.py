@@ -167,7 +167,20 @@ class DataConfig:
     target_sequence_controls: SequenceControls = section(SequenceControls, optional=True)
     # OpenNMT-tf's older key: read for a side whose own key is unset (see _resolve_controls).
     sequence_controls: SequenceControls = section(SequenceControls, optional=True)
-    tagging_scheme: str = key("str")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
+    # A sequence tagger's tag scheme (OpenNMT-tf's, any case): bioes adds chunk precision,
+    # recall and F1 to its evaluation; for any other model, accepted without effect
+    # (INEFFECTIVE_ONMT_KEYS).
+    tagging_scheme: str = key("str")
+
+
+# The model types (model.type): OpenNMT-tf's Transformer, its SequenceTagger and
+# SequenceClassifier on the self-attention encoder, and its LanguageModel. Dispatched on in
+# build.py (`model`, `assets`) and the commands.
+MODEL_TYPES = ("transformer", "sequence_tagger", "sequence_classifier", "language_model")
+SEQUENCE_TAGGER, SEQUENCE_CLASSIFIER = "sequence_tagger", "sequence_classifier"
+ENCODER_MODEL_TYPES = (SEQUENCE_TAGGER, SEQUENCE_CLASSIFIER)
+# The model section's keys that are not a ModelHyperparameters field.
+NOT_HYPERPARAMETERS = ("preset", "type", "crf_decoding")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,6 +190,11 @@ class ModelConfig:
     value, else the carrier's default, except the ARCHITECTURE sizes, which must be set."""
 
     preset: str = key("str", None, choices=tuple(PRESETS))
+    # What the layers make (null: transformer): see MODEL_TYPES.
+    type: str = key("str", None, choices=MODEL_TYPES)
+    # A sequence tagger's CRF (OpenNMT-tf's SequenceTagger(crf_decoding=...)): the loss is the
+    # CRF's log-likelihood and the tags its Viterbi path; without, the per-token argmax.
+    crf_decoding: bool = key("bool")
     num_layers: int = key("int", minimum=1)
     num_units: int = key("int", minimum=1)
     num_heads: int = key("int", minimum=1)
@@ -196,14 +214,19 @@ class ModelConfig:
     layer_input_dropout: float = key("float")
 
     @property
+    def is_encoder_model(self):
+        """A sequence tagger or classifier: the encoder alone (models/encoder_models.py)."""
+        return self.type in ENCODER_MODEL_TYPES
+
+    @property
     def hyperparameters(self):
         """The `ModelHyperparameters` of this section (what the builder hands to the model)."""
         return ModelHyperparameters.from_dict(_model_values(dataclasses.asdict(self)))
 
 
 def _model_values(model):
-    """The hyper-parameters among a `model` section's keys (all but `preset`)."""
-    return {name: value for name, value in model.items() if name != "preset"}
+    """The hyper-parameters among a `model` section's keys (all but NOT_HYPERPARAMETERS)."""
+    return {name: value for name, value in model.items() if name not in NOT_HYPERPARAMETERS}
 
 
 # Model values when neither the user nor the preset sets them: the carrier's defaults, but for
@@ -565,8 +588,17 @@ PRESET_AUTO_CONFIG["ScalingNmtEnFr"] = {
 }
 
 
-def auto_config(preset=None):
-    """OpenNMT-tf's auto_config of a model: the Transformer's, and its preset's own if it has one."""
+def model_type(model):
+    """The type of a (user's, unchecked) model section: its `type`, else transformer."""
+    model = model if isinstance(model, dict) else {}
+    return model.get("type") or "transformer"
+
+
+def auto_config(preset=None, type="transformer"):
+    """OpenNMT-tf's auto_config of a model: the Transformer's, and its preset's own if it has one;
+    none for a sequence tagger or classifier (OpenNMT-tf's `Model.auto_config()` is empty)."""
+    if type in ENCODER_MODEL_TYPES:
+        return {}
     return merge(AUTO_CONFIG, PRESET_AUTO_CONFIG.get(preset, {}))
 
 # Keys replaced as a whole rather than merged key by key (as OpenNMT-tf does).
@@ -695,7 +727,7 @@ INEFFECTIVE_ONMT_KEYS = {
     "infer.prefetch_buffer_size": PREFETCH + "infer batches are prepared as they are used",
     "score.prefetch_buffer_size": PREFETCH + "score batches are prepared as they are used",
     "data.tagging_scheme": ("OpenNMT-tf reads it only in its sequence taggers (BIOES tags for "
-                            "their evaluation), and opennmt-lite trains the Transformer"),
+                            "their evaluation), and this model is not one (model.type)"),
     "params.scheduled_sampling_k": (
         "it is the constant of a scheduled sampling schedule, which needs "
         "params.scheduled_sampling_type, refused for the Transformer as in OpenNMT-tf"),
@@ -706,6 +738,8 @@ def ineffective_keys(config):
     """[(key, reason)] of the INEFFECTIVE_ONMT_KEYS that `config` sets (to a non-null value)."""
     found = []
     for name, reason in INEFFECTIVE_ONMT_KEYS.items():
+        if name == "data.tagging_scheme" and config.model.type == SEQUENCE_TAGGER:
+            continue
         section, field = name.split(".")
         if getattr(getattr(config, section), field) is not None:
             found.append((name, reason))
@@ -789,6 +823,87 @@ def _finalize_model(model, source):
             f"{source}: model.num_units ({model['num_units']}) must be divisible by "
             f"model.num_heads ({model['num_heads']})"
         )
+
+
+# OpenNMT-tf's tagging schemes: bioes adds chunk precision / recall / F1 to the evaluation; with
+# any other (bio included) OpenNMT-tf prints the accuracy alone, and so does opennmt-lite.
+TAGGING_SCHEMES = ("bioes", "bio")
+# What a sequence tagger or classifier cannot use, and why (one line each): the Transformer's
+# decoder, target side and multi-file training.
+ENCODER_MODEL_REFUSED = {
+    "data.train_alignments": "guided alignment needs a decoder",
+    "data.train_files_weights": "weighted training files are implemented for the Transformer only",
+    "data.example_weights": "example weights are implemented for the Transformer only",
+    "data.source_embedding": "pretrained embeddings are implemented for the Transformer only",
+    "data.target_embedding": "its tags or labels have no embeddings",
+    "data.target_tokenization": "its tags or labels are read as they are, one per token or line",
+    "data.source_sequence_controls": "a tag is read for each token, and <s> / </s> have none",
+    "data.target_sequence_controls": "its tags or labels have no <s> / </s>",
+    "data.sequence_controls": "a tag is read for each token, and <s> / </s> have none",
+    "params.guided_alignment_type": "guided alignment needs a decoder",
+    "params.contrastive_learning": "contrastive learning is the Transformer's",
+    "params.replace_unknown_target": "it copies source words into translations",
+    "params.decoding_noise": "it is the Transformer's back-translation noise",
+    "params.freeze_layers": "its OpenNMT-tf layer paths are the Transformer's here",
+    "params.mask_loss_outliers": "it is implemented for the Transformer's loss only",
+    "infer.with_alignments": "it has no decoder attention to align with",
+    "infer.with_scores": "OpenNMT-tf's tagger and classifier write no scores",
+    "eval.save_eval_predictions": "it is implemented for the Transformer's translations only",
+    "eval.external_evaluators": "its evaluation is OpenNMT-tf's accuracy (and tagging metrics)",
+    "eval.scorers": "its evaluation is OpenNMT-tf's accuracy (and tagging metrics)",
+    "train.moving_average_decay": "it is implemented for the Transformer only",
+}
+
+
+def model_metrics(type, tagging_scheme=None):
+    """The evaluation metrics a model type adds to loss and perplexity (higher is better):
+    OpenNMT-tf's tagger and classifier accuracy, and a bioes tagger's chunk scores."""
+    if type == SEQUENCE_TAGGER:
+        return ["accuracy"] + (["f1", "precision", "recall"] if tagging_scheme == "bioes" else [])
+    return ["accuracy"] if type == SEQUENCE_CLASSIFIER else []
+
+
+def _finalize_encoder_model(config, source):
+    """model.type resolved (transformer when unset); a sequence tagger's or classifier's keys
+    checked: crf_decoding only for a tagger, tagging_scheme among TAGGING_SCHEMES (lowercased, as
+    OpenNMT-tf), no shared embeddings, nothing of ENCODER_MODEL_REFUSED."""
+    model, data = config["model"], config["data"]
+    model["type"] = model.get("type") or "transformer"
+    kind = model["type"]
+    if model.get("crf_decoding") is not None and kind != SEQUENCE_TAGGER:
+        raise ConfigError(f"{source}: model.crf_decoding is a sequence tagger's key (model.type: "
+                          f"{SEQUENCE_TAGGER}); this model is a {kind}")
+    if kind not in ENCODER_MODEL_TYPES:
+        return
+    model["crf_decoding"] = bool(model.get("crf_decoding"))
+    if model.get("preset"):
+        raise ConfigError(f"{source}: model.preset {model['preset']} is a Transformer; a {kind} "
+                          f"takes the encoder's keys (num_layers, num_units, num_heads, "
+                          f"ffn_inner_dim, ...)")
+    if model["share_embeddings"] not in (None, "none", SHARE_EMBEDDINGS_AUTO):
+        raise ConfigError(f"{source}: model.share_embeddings: {model['share_embeddings']}: a {kind} "
+                          f"has one embedding table and nothing to share it with")
+    model["share_embeddings"] = "none"
+    scheme = data.get("tagging_scheme")
+    if scheme is not None:
+        if kind != SEQUENCE_TAGGER:
+            raise ConfigError(f"{source}: data.tagging_scheme is a sequence tagger's key; this "
+                              f"model is a {kind}")
+        if str(scheme).lower() not in TAGGING_SCHEMES:
+            raise ConfigError(f"{source}: data.tagging_scheme: {scheme!r}: choose bioes (adds "
+                              f"precision, recall and F1 to the evaluation) or bio")
+        data["tagging_scheme"] = str(scheme).lower()
+    for name, reason in ENCODER_MODEL_REFUSED.items():
+        section, field = name.split(".")
+        if config[section].get(field) not in (None, False, 0, 0.0, [], ()):
+            raise ConfigError(f"{source}: {name}: not for a {kind} ({reason})")
+    for name in ("train_features_file", "train_labels_file"):
+        value = data.get(name)
+        if isinstance(value, list) and len(value) > 1:
+            raise ConfigError(f"{source}: data.{name}: a {kind} trains on one file (a list of "
+                              f"{len(value)} files is implemented for the Transformer only)")
+        if isinstance(value, list):
+            data[name] = value[0] if value else None
 
 
 def _automatic_sharing(data, model_dir):
@@ -947,6 +1062,7 @@ def _finalize(config, source):
             model[name] = params["dropout"]
     params["freeze_layers"] = _finalize_freeze_layers(params["freeze_layers"], source)
     _finalize_model(model, source)
+    _finalize_encoder_model(config, source)
     if model["share_embeddings"] == SHARE_EMBEDDINGS_AUTO:
         model["share_embeddings"] = _automatic_sharing(config["data"], config["model_dir"])
     # (a rate of 1 or more would divide by zero in dropout's 1 / (1 - rate) scaling; a negative
@@ -974,7 +1090,8 @@ def _finalize(config, source):
         )
     if train["batch_type"] == "tokens" and not train.get("length_bucket_width"):
         raise ConfigError(f"{source}: train.length_bucket_width must be set with batch_type: tokens")
-    metrics = list(LOWER_IS_BETTER) + _finalize_scorers(evaluation, source)
+    metrics = (list(LOWER_IS_BETTER) + _finalize_scorers(evaluation, source)
+               + model_metrics(model["type"], config["data"].get("tagging_scheme")))
 
     def check_metric(key, metric):
         if metric not in metrics:
@@ -1319,7 +1436,8 @@ def build_config(user, source="config"):
         raise ConfigError(f"{source}: model_dir must be set")
     config = _defaults(Config)
     if user.get("auto_config", True):
-        config = merge(config, auto_config((user.get("model") or {}).get("preset")))
+        model = user.get("model") or {}
+        config = merge(config, auto_config(model.get("preset"), model_type(model)))
     # Sections given as null in YAML mean "defaults".
     config = merge(config, {k: v for k, v in user.items() if v is not None})
     return _typed(Config, _finalize(config, source))

@@ -34,6 +34,20 @@ def crf_sequence_score(potentials, tags, lengths, transitions):
     return unary_score + binary_score
 
 
+def _scanned(potentials, mask):
+    """The potentials and mask of positions 1.. as ONE time-major tensor [time - 1, batch,
+    num_tags + 1] (the mask as the last column): Keras' TensorFlow `scan` fails on several
+    inputs of unknown time (a traced batch); `_unpacked` splits a step's slice back."""
+    packed = ops.concatenate([potentials[:, 1:], ops.cast(mask[:, 1:], "float32")[:, :, None]],
+                             axis=2)
+    return ops.transpose(packed, [1, 0, 2])
+
+
+def _unpacked(inputs):
+    """(potentials [batch, num_tags], mask [batch] bool) of one `_scanned` slice."""
+    return inputs[:, :-1], inputs[:, -1] > 0.5
+
+
 def crf_log_norm(potentials, lengths, transitions):
     """[batch]: log of the sum of exp(score) over every tag sequence of each length (the forward
     algorithm); 0 for a sequence of length 0."""
@@ -42,15 +56,14 @@ def crf_log_norm(potentials, lengths, transitions):
     mask = _time_mask(lengths, ops.shape(potentials)[1])
 
     def step(alphas, inputs):
-        step_potentials, step_mask = inputs
+        step_potentials, step_mask = _unpacked(inputs)
         scores = alphas[:, :, None] + transitions[None, :, :]  # [batch, previous, next]
         new_alphas = step_potentials + ops.logsumexp(scores, axis=1)
         # Past the end of a sequence its alphas stay those of its last position.
         alphas = ops.where(step_mask[:, None], new_alphas, alphas)
         return alphas, alphas
 
-    rest = (ops.transpose(potentials[:, 1:], [1, 0, 2]), ops.transpose(mask[:, 1:], [1, 0]))
-    alphas, _ = ops.scan(step, potentials[:, 0], rest)
+    alphas, _ = ops.scan(step, potentials[:, 0], _scanned(potentials, mask))
     log_norm = ops.logsumexp(alphas, axis=1)
     return ops.where(ops.cast(lengths, "int32") > 0, log_norm, ops.zeros_like(log_norm))
 
@@ -77,7 +90,7 @@ def crf_decode(potentials, transitions, lengths):
 
     def forward(carry, inputs):
         scores, _ = carry
-        step_potentials, step_mask = inputs
+        step_potentials, step_mask = _unpacked(inputs)
         candidates = scores[:, :, None] + transitions[None, :, :]  # [batch, previous, next]
         new_scores = step_potentials + ops.max(candidates, axis=1)
         backpointers = ops.cast(ops.argmax(candidates, axis=1), "int32")
@@ -87,8 +100,8 @@ def crf_decode(potentials, transitions, lengths):
         backpointers = ops.where(step_mask[:, None], backpointers, stay)
         return (scores, backpointers), (scores, backpointers)
 
-    rest = (ops.transpose(potentials[:, 1:], [1, 0, 2]), ops.transpose(mask[:, 1:], [1, 0]))
-    (scores, _), (_, backpointers) = ops.scan(forward, (potentials[:, 0], stay), rest)
+    (scores, _), (_, backpointers) = ops.scan(forward, (potentials[:, 0], stay),
+                                              _scanned(potentials, mask))
     last_tags = ops.cast(ops.argmax(scores, axis=1), "int32")
 
     def backward(next_tags, step_backpointers):

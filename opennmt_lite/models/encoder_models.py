@@ -18,6 +18,11 @@ from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
 
 
+def is_encoder_model(model):
+    """Whether `model` is a SequenceTagger or SequenceClassifier (not a Transformer)."""
+    return isinstance(model, _EncoderModel)
+
+
 class _EncoderModel(keras.Model):
     """The embedder, the encoder and the output layer of `num_outputs` units."""
 

@@ -178,3 +178,28 @@ def guided_alignment_scale(word_length, source_length, cost_type, weight):
     if cost_type == "mse":
         scale = tf.math.divide_no_nan(scale, tf.cast(tf.reduce_max(source_length), tf.float32))
     return scale
+
+
+def encoder_model_losses(model, batch, label_smoothing=0.0, training=False):
+    """(losses, mask, None) of a SequenceTagger's or SequenceClassifier's batch, in the form of
+    `token_cross_entropy`'s outputs (the training step and evaluation sum them as a
+    Transformer's): the batch holds the token ids as its source and the tags (one per token) or
+    the label as `target_ids_out` / `target_length` (data/labels.py).
+
+    As OpenNMT-tf 2.32's models compute it: a tagger without CRF, the cross-entropy of each tag
+    (label smoothing in training); with CRF, minus each sequence's CRF log-likelihood, one value
+    per example ([batch, 1], mask ones: normalized by the number of examples); a classifier, the
+    cross-entropy of each label ([batch, 1])."""
+    from opennmt_lite.layers import crf
+
+    logits = model(batch["source_ids"], batch["source_length"], training=training)
+    if getattr(model, "crf_decoding", False):
+        log_likelihood = crf.crf_log_likelihood(
+            tf.cast(logits, tf.float32), batch["target_ids_out"], batch["source_length"],
+            model.transition_params)
+        return -log_likelihood[:, None], tf.ones_like(log_likelihood)[:, None], None
+    if len(logits.shape) == 2:  # (a classifier: one label per example)
+        logits = logits[:, None, :]
+    token_loss, mask = token_cross_entropy(logits, batch["target_ids_out"], batch["target_length"],
+                                           label_smoothing, training)
+    return token_loss, mask, None

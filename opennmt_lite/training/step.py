@@ -45,8 +45,9 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
+from opennmt_lite.models.encoder_models import is_encoder_model
 from opennmt_lite.training.losses import (
-    cross_entropy_sequence_loss, guided_alignment_scale, guided_alignment_sum, max_margin_loss,
+    cross_entropy_sequence_loss, encoder_model_losses, guided_alignment_scale, guided_alignment_sum, max_margin_loss,
     outlier_mask, token_cross_entropy, weighted_sums)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
@@ -88,7 +89,10 @@ def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
 
 def forward(model, batch, label_smoothing, training):
     """-> (token losses [batch, time], token mask [batch, time], attention) of one batch
-    (`token_cross_entropy`; the first head of the last layer's attention)."""
+    (`token_cross_entropy`; the first head of the last layer's attention). A sequence tagger or
+    classifier: `encoder_model_losses` (no attention)."""
+    if is_encoder_model(model):
+        return encoder_model_losses(model, batch, label_smoothing, training)
     logits, attention = model(batch, training=training)
     token_loss, mask = token_cross_entropy(logits, batch["target_ids_out"], batch["target_length"],
                                            label_smoothing, training)
