@@ -32,6 +32,8 @@ def run(args, config):
 
     if args.predictions_file:
         check_file(args.predictions_file, "--predictions_file")
+    if config.model.is_encoder_model:
+        return _label(args, config)
     seed = config.train.seed if args.seed is None else args.seed
     options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best, seed)
     if args.ctranslate2:
@@ -46,6 +48,38 @@ def run(args, config):
                     args.predictions_file)
     if args.predictions_file:
         logger.info("wrote %d translations to %s", len(results), args.predictions_file)
+    return results
+
+
+# The options of translation that a sequence tagger or classifier has no use for.
+TRANSLATION_OPTIONS = ("beam_width", "n_best", "with_scores", "seed", "ctranslate2")
+
+
+def _label(args, config):
+    """A sequence tagger's tags (one line of tags per input line) or a classifier's labels (one
+    per line), as OpenNMT-tf writes them; batches of infer.batch_size lines in file order."""
+    from opennmt_lite import build
+    from opennmt_lite.data import read_lines
+    from opennmt_lite.files import write_lines
+    from opennmt_lite.inference.other_models import label_lines
+    from opennmt_lite.outputs import writing
+
+    for name in TRANSLATION_OPTIONS:
+        if getattr(args, name, None) is not None:
+            raise ArgumentError(f"--{name}: a {config.model.type} has no such option (it writes "
+                                f"one {build.label_kind(config.model)} line per input line)")
+    if config.infer.batch_type != "examples":
+        raise ArgumentError(f"infer.batch_type: {config.infer.batch_type}: a {config.model.type} "
+                            f"infers batches of examples (infer.batch_size lines)")
+    model, assets, _ = build.inference_model(config, args.checkpoint)
+    lines = read_lines(args.features_file, kind="--features_file")
+    results = label_lines(model, assets, lines, config.infer.batch_size)
+    with writing(f"--predictions_file {args.predictions_file}" if args.predictions_file
+                 else "standard output"):
+        write_lines(results, args.predictions_file)
+    if args.predictions_file:
+        logger.info("wrote %d lines of %s to %s", len(results), build.label_kind(config.model),
+                    args.predictions_file)
     return results
 
 

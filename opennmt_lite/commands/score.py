@@ -4,6 +4,7 @@ opennmt_lite.inference.score), as OpenNMT-tf's `onmt-main score`."""
 import logging
 
 from opennmt_lite.commands import add_checkpoint_argument
+from opennmt_lite.config import ConfigError
 from opennmt_lite.data import DataError
 
 HELP = ("score existing translations (OpenNMT-tf's score: 'NLL ||| tokens' per line, then the "
@@ -27,6 +28,10 @@ def run(args, config):
     from opennmt_lite.inference.score import format_lines, score_pairs
     from opennmt_lite.outputs import check_file, writing
 
+    if config.model.is_encoder_model:
+        raise ConfigError(f"score: model.type {config.model.type} has no score (neither has "
+                          f"OpenNMT-tf's SequenceTagger nor SequenceClassifier): use infer, or "
+                          f"evaluate on its predictions")
     if args.output_file:
         check_file(args.output_file, "--output_file")
     sources = read_lines(args.features_file, kind="--features_file")

@@ -91,7 +91,11 @@ class EncoderModelEvaluator(Evaluator):
         loss = loss_sum / max(normalizer, 1.0)
         metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 700.0))}
         names = self.assets.target_vocabulary
-        metrics.update(tagging_metrics(
+        computed = tagging_metrics(
             [[names[i] for i in row] for row in gold], [[names[i] for i in row] for row in predicted],
-            self.tagging_scheme if self.kind == "tags" else None))
+            self.tagging_scheme if self.kind == "tags" else None)
+        # (in the order OpenNMT-tf prints them)
+        for name in ("accuracy", "f1", "precision", "recall"):
+            if name in computed:
+                metrics[name] = computed[name]
         return metrics

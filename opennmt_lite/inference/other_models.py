@@ -9,9 +9,9 @@ Batches of `batch_size` lines in file order; outputs in input order.
 import numpy as np
 
 
-def _batches(vocabulary, lines, batch_size):
+def _batches(vocabulary, lines, batch_size, tokenize=str.split):
     for start in range(0, len(lines), batch_size):
-        ids = [vocabulary.lookup(line.split()) for line in lines[start:start + batch_size]]
+        ids = [vocabulary.lookup(tokenize(line)) for line in lines[start:start + batch_size]]
         length = np.array([len(i) for i in ids], np.int32)
         padded = np.zeros((len(ids), max(1, int(length.max()))), np.int32)
         for row, values in zip(padded, ids):
@@ -19,19 +19,20 @@ def _batches(vocabulary, lines, batch_size):
         yield padded, length
 
 
-def tag_lines(model, vocabulary, tags, lines, batch_size=32):
-    """A SequenceTagger's tags of each line: ["O S-CAP ...", ...]."""
+def tag_lines(model, vocabulary, tags, lines, batch_size=32, tokenize=str.split):
+    """A SequenceTagger's tags of each line: ["O S-CAP ...", ...] (`tokenize`: line -> tokens,
+    the features' tokenizer)."""
     output = []
-    for ids, length in _batches(vocabulary, lines, batch_size):
+    for ids, length in _batches(vocabulary, lines, batch_size, tokenize):
         predicted = np.asarray(model.predict_tags(ids, length))
         output.extend(" ".join(tags[t] for t in row[:n]) for row, n in zip(predicted, length))
     return output
 
 
-def classify_lines(model, vocabulary, labels, lines, batch_size=32):
+def classify_lines(model, vocabulary, labels, lines, batch_size=32, tokenize=str.split):
     """A SequenceClassifier's label of each line."""
     output = []
-    for ids, length in _batches(vocabulary, lines, batch_size):
+    for ids, length in _batches(vocabulary, lines, batch_size, tokenize):
         output.extend(labels[i] for i in np.asarray(model.predict_labels(ids, length)))
     return output
 
@@ -56,3 +57,13 @@ def score_lines(model, vocabulary, lines, batch_size=32):
         output.extend("%f ||| %s" % (score, " ".join(line.split()))
                       for score, line in zip(scores, lines[start:start + batch_size]))
     return output
+
+
+def label_lines(model, assets, lines, batch_size):
+    """The output lines of a SequenceTagger (its tags) or SequenceClassifier (its label) on
+    `lines`, the features tokenized by the assets' source tokenizer, as `onmt-main infer` writes
+    them."""
+    tokenize = lambda line: assets.source_tokenizer.tokenize_batch([line])[0]  # noqa: E731
+    label = tag_lines if hasattr(model, "predict_tags") else classify_lines
+    return label(model, assets.source_vocabulary, assets.target_vocabulary, lines, batch_size,
+                 tokenize)

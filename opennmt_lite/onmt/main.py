@@ -279,7 +279,11 @@ def _read_model_file(path):
                              f"{REFUSED.get(f'--model_type {name}', 'not in the catalog')}")
         return {"model": {"preset": name}, "auto_config": None}
     from opennmt_lite.onmt import model_file  # (the user's own code runs here, as in OpenNMT-tf)
+    from opennmt_lite.onmt import other_model_files
 
+    if other_model_files.is_other_model_file(path):  # (a tagger, classifier or language model)
+        description = other_model_files.read_other_model_file(path)
+        return {"model": other_model_files.model_section(description), "auto_config": None}
     return model_file.read_model_file(path)
 
 
@@ -497,7 +501,8 @@ def _infer(args, config):
         with_scores=None, ctranslate2=None, seed=None), config)
     if args.log_prediction_time:  # (OpenNMT-tf's lines; its tokens are the output's tokens)
         total = time.time() - start
-        tokens = sum(len(text.split()) for hypotheses in results for text, _ in hypotheses[:1])
+        tokens = sum(len(text.split()) for hypotheses in results
+                     for text, _ in hypotheses[:1]) if not config.model.is_encoder_model else 0
         logger.info("Total prediction time (s): %f", total)
         logger.info("Average prediction time (s): %f", total / max(len(results), 1))
         if tokens:

@@ -17,6 +17,7 @@ refused by name; anything else the file asks for is refused, one line (ModelFile
 
 import contextlib
 import importlib.util
+import re
 import sys
 import types
 
@@ -267,3 +268,31 @@ def build_model(description, vocabulary_size, num_outputs=None):
         return Tagger(hyperparameters, vocabulary_size, num_outputs,
                       crf_decoding=description["crf_decoding"])
     return Classifier(hyperparameters, vocabulary_size, num_outputs)
+
+
+# The classes whose mention makes a model file one of these models (or a refused catalog one).
+_OTHER_NAMES = re.compile(r"\b(SequenceTagger|SequenceClassifier|LanguageModel|GPT2Small|"
+                          + "|".join(REFUSED_CATALOG) + r")\b")
+MODEL_TYPES = {"SequenceTagger": "sequence_tagger", "SequenceClassifier": "sequence_classifier",
+               "LanguageModel": "language_model"}
+
+
+def is_other_model_file(path):
+    """Whether the model file names a tagger, classifier, language model or RNN/CNN catalog
+    model (then `read_other_model_file` reads it, not the Transformer's reader)."""
+    with open(path, encoding="utf-8", errors="replace") as stream:
+        return bool(_OTHER_NAMES.search(stream.read()))
+
+
+def model_section(description):
+    """The config's `model` section keys of a description (model.type and the hyper-parameters;
+    a tagger's crf_decoding; a language model's learned positions and GELU approximation when
+    the file sets them)."""
+    section = dict(description["hyperparameters"], type=MODEL_TYPES[description["type"]])
+    if description["type"] == "SequenceTagger":
+        section["crf_decoding"] = description["crf_decoding"]
+    if description["type"] == "LanguageModel":
+        for name in ("maximum_position", "gelu_approximation"):
+            if description[name]:
+                section[name] = description[name]
+    return section
