@@ -35,6 +35,8 @@ def run(args, config):
     from opennmt_lite.export.saved_model import export_model
     from opennmt_lite.outputs import check_directory, staged_directory, writing
 
+    if config.model.is_encoder_model:
+        return _export_encoder_model(args, config)
     if args.format != "ctranslate2" and (args.quantization or args.force):
         raise ArgumentError("--quantization and --force apply to --format ctranslate2 only "
                             "(TFLite: --format tflite_float16 or tflite_dynamic_range)")
@@ -90,4 +92,29 @@ def _export_tflite(args, config):
                                 output_size=config.params.tflite_output_size,
                                 maximum_source_length=config.infer.maximum_features_length)
     logger.info("moved the TFLite model into %s", args.output)
+    return args.output
+
+
+def _export_encoder_model(args, config):
+    """A sequence tagger's or classifier's SavedModel (export/encoder_models.py); CTranslate2
+    and TFLite have no such model: refused in one line."""
+    import tensorflow as tf
+
+    from opennmt_lite import build
+    from opennmt_lite.export.encoder_models import export_encoder_model
+    from opennmt_lite.outputs import check_directory, staged_directory, writing
+
+    if args.format != "saved_model":
+        what = "CTranslate2 has no sequence tagger or classifier" if args.format == "ctranslate2" \
+            else "the TFLite export is the Transformer's translation"
+        raise ArgumentError(f"--format {args.format}: not for model.type {config.model.type} "
+                            f"({what}); export --format saved_model")
+    if args.quantization or args.force:
+        raise ArgumentError("--quantization and --force apply to --format ctranslate2 only")
+    check_directory(args.output, "--output", force_option=None)
+    model, assets, _ = build.inference_model(config, args.checkpoint)
+    with staged_directory(args.output, "--output") as staging:
+        with writing(f"--output {args.output}", also=(tf.errors.OpError,)):
+            export_encoder_model(model, assets, staging)
+    logger.info("moved the SavedModel into %s", args.output)
     return args.output
