@@ -104,8 +104,11 @@ def run(args, config, out=print):
         raise ArgumentError("--target is shown in the HTML page only: add --html FILE")
     start = time.perf_counter()
     # The input is checked before the model is built: a mistake there fails at once.
-    sources = sources_of(args, build.assets(config.data), config.infer.maximum_features_length,
-                         config.data.source_sequence_controls)
+    sources = sources_of(args, build.assets(config.data, config.model),
+                         config.infer.maximum_features_length, config.data.source_sequence_controls)
+    if args.target is not None and config.model.is_encoder_model:
+        raise ArgumentError(f"--target: a {config.model.type} has no decoder, so no alignment to "
+                            f"show (its page is the encoder's)")
     if args.target is not None and len(sources) > 1:
         raise ArgumentError("--target is the translation of one source sentence: use it with "
                             "--sentence or one --ids sequence")
@@ -121,6 +124,10 @@ def run(args, config, out=print):
     tensors = trace_encoder(model, source_ids, source_length)
     for name, value in tensors.items():
         out(summarize(name, value, args.values))
+    if config.model.is_encoder_model:  # (what the model makes of the encoding)
+        for number, line in enumerate(_predictions(model, assets, source_ids, source_length)):
+            prefix = f"[{number}] " if len(sources) > 1 else ""
+            out(f"{prefix}{build.label_kind(config.model)}: {line}")
     if args.attention_png:
         with writing(f"--attention_png {args.attention_png}"):
             for saved in save_attention_maps(tensors, sources[0][0], args.attention_png):
@@ -132,10 +139,34 @@ def run(args, config, out=print):
     return tensors
 
 
+def _predictions(model, assets, source_ids, source_length):
+    """A tagger's tags (a line per sentence) or a classifier's label of each sentence."""
+    labels = assets.target_vocabulary
+    if hasattr(model, "predict_tags"):
+        tags = np.asarray(model.predict_tags(source_ids, source_length))
+        return [" ".join(labels[t] for t in row[:n]) for row, n in zip(tags, source_length)]
+    return [labels[i] for i in np.asarray(model.predict_labels(source_ids, source_length))]
+
+
 def write_html(args, config, model, assets, weights, sources, tensors):
     from opennmt_lite.inspection import alignment, html, steps
 
     source_ids, source_length = padded(sources)
+    if config.model.is_encoder_model:  # (no decoder: the encoder's steps alone)
+        hyper = dict(source_vocabulary_size=model.source_vocabulary_size,
+                     **{f"num_{build_kind(config)}": model.num_outputs},
+                     crf_decoding=getattr(model, "crf_decoding", False),
+                     **model.hyperparameters.to_dict())
+        predictions = _predictions(model, assets, source_ids, source_length)
+        about = {"title": f"{config.model.type} encoder walk-through: "
+                          f"{' | '.join(' '.join(t) for t, _ in sources)}"[:200],
+                 "weights": weights, "model": hyper,
+                 "target_origin": f"no decoder; the model's {build_kind(config)}: "
+                                  + " | ".join(predictions),
+                 "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
+                              f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
+        return html.write_page(args.html, steps.walk(tensors, model.hyperparameters), sources,
+                               None, about)
     if args.target is not None:
         tokens = assets.target_tokenizer.tokenize(args.target)
         if len(tokens) == 0:
@@ -157,3 +188,9 @@ def write_html(args, config, model, assets, weights, sources, tensors):
              "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
     return html.write_page(args.html, walk, sources, targets, about)
+
+
+def build_kind(config):
+    from opennmt_lite import build
+
+    return build.label_kind(config.model)

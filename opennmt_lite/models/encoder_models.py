@@ -16,6 +16,7 @@ from opennmt_lite.layers import crf
 from opennmt_lite.layers.common import Dense
 from opennmt_lite.models.encoders import SelfAttentionEncoder
 from opennmt_lite.models.inputters import WordEmbedder
+from opennmt_lite.recorder import record, recording_scope
 
 
 def is_encoder_model(model):
@@ -47,9 +48,13 @@ class _EncoderModel(keras.Model):
         self.built = True
 
     def encode(self, ids, length, training=None):
-        """ids [batch, time], length [batch] -> encoder outputs [batch, time, num_units]."""
+        """ids [batch, time], length [batch] -> encoder outputs [batch, time, num_units]
+        (recorded as the Transformer's: `source_embedded`, then under `encoder/`, so that
+        `run.py inspect` walks through it)."""
         embedded = self.features_inputter(ids, training=training)
-        return self.encoder(embedded, sequence_length=length, training=training)
+        record("source_embedded", embedded)
+        with recording_scope("encoder"):
+            return self.encoder(embedded, sequence_length=length, training=training)
 
     def get_config(self):
         config = super().get_config()
