@@ -496,3 +496,185 @@ def test_every_option_of_opennmt_tfs_commands_holds_up_to_hostile_values(project
     expected = {(command, name) for command, parser in tables.items() for name, _ in covered(parser)}
     assert set(counted) == expected  # every option of every command got cases
     check_numbers_are_ranged(tables)
+
+
+# -- a sequence tagger's and classifier's files and keys ----------------------------------------
+
+ENCODER_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "onmt_tf_tagger_crf")
+ENCODER_MODEL = {"num_layers": 1, "num_units": 16, "num_heads": 2, "ffn_inner_dim": 32}
+
+
+def encoder_user(directory, kind):
+    """A tiny tagger's (kind "tags", CRF, bioes) or classifier's ("labels") config on 40 lines
+    derived from the CRF fixture's (a label per line: its first tag's chunk type)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    features = [line for line in open(os.path.join(ENCODER_FIXTURE, "train.first200.tok.en"),
+                                      encoding="utf-8").read().splitlines()[:40]]
+    tags = open(os.path.join(ENCODER_FIXTURE, "train.first200.tags"),
+                encoding="utf-8").read().splitlines()[:40]
+    labels = [line.split()[0].split("-")[-1] for line in tags]
+    (directory / "train.tok").write_text("\n".join(features) + "\n", encoding="utf-8")
+    (directory / "train.tags").write_text("\n".join(tags if kind == "tags" else labels) + "\n",
+                                          encoding="utf-8")
+    vocabulary = (open(os.path.join(ENCODER_FIXTURE, "tags-vocab.txt")).read().split()
+                  if kind == "tags" else sorted(set(labels)))
+    (directory / "labels-vocab.txt").write_text("\n".join(vocabulary) + "\n")
+    files = {"train_features_file": str(directory / "train.tok"),
+             "train_labels_file": str(directory / "train.tags"),
+             "source_vocabulary": os.path.join(ENCODER_FIXTURE, "src-vocab.txt"),
+             "target_vocabulary": str(directory / "labels-vocab.txt")}
+    files.update(eval_features_file=files["train_features_file"],
+                 eval_labels_file=files["train_labels_file"])
+    model = dict(ENCODER_MODEL, type="sequence_tagger" if kind == "tags" else "sequence_classifier")
+    if kind == "tags":
+        model["crf_decoding"] = True
+        files["tagging_scheme"] = "bioes"
+    return {"model_dir": str(directory / "run"), "data": files, "model": model,
+            "params": {"optimizer": "Adam", "learning_rate": 0.002},
+            "train": {"batch_type": "examples", "batch_size": 16, "max_step": 1,
+                      "save_checkpoints_steps": 1, "sub_batches": 1},
+            "eval": {"steps": 1}}
+
+
+@pytest.mark.parametrize("kind", ["tags", "labels"])
+def test_every_config_key_holds_up_for_a_tagger_and_a_classifier(files, kind):
+    """The config battery again with a sequence tagger's (classifier's) model section: every
+    key's hostile values, and each key of config.ENCODER_MODEL_REFUSED (the Transformer's), is
+    refused naming it, or accepted."""
+    from opennmt_lite.config import ENCODER_MODEL_REFUSED
+
+    base = encoder_user(files / f"encoder-{kind}", kind)
+    failures, counted = [], set()
+    keys = {"model.type", "model.crf_decoding", "model.share_embeddings", "model.preset",
+            "data.tagging_scheme", *ENCODER_MODEL_REFUSED}
+    rng = random.Random(SEED)
+    cases = [(key, value) for key, leaf in leaves()
+             if any(key == name or key.startswith(name + ".") for name in keys)
+             for value in hostile_values(leaf.kind, rng, files)]
+    sections = {"data.source_embedding": {"path": base["data"]["source_vocabulary"]},
+                "data.target_embedding": {"path": base["data"]["source_vocabulary"]},
+                "data.target_tokenization": {"type": "space"},
+                "data.source_sequence_controls": {"start": True},
+                "data.target_sequence_controls": {"end": True},
+                "data.sequence_controls": {"start": True, "end": True}}
+    cases += list(sections.items())
+    cases += [("model.crf_decoding", True), ("data.tagging_scheme", "IOB2"),
+              ("model.share_embeddings", "all"), ("model.preset", "TransformerBase"),
+              ("data.train_features_file", [base["data"]["train_features_file"]] * 2)]
+    for key, value in cases:
+        counted.add(key)
+        user = copy.deepcopy(base)
+        set_key(user, key, value)
+        try:
+            build_config(user)
+        except Exception as error:  # noqa: BLE001 (the point: which kind it is)
+            try:
+                check_config_error(error, key)
+            except AssertionError as problem:
+                failures.append(f"{key}={value!r:.60}: {problem}")
+        else:  # (accepted: only what these models can use)
+            must_refuse = (
+                (key in ENCODER_MODEL_REFUSED and value not in (None, False, 0, 0.0, [], ()))
+                or (key in sections and value == sections[key])
+                or (key, str(value)) in {("data.tagging_scheme", "IOB2"),
+                                         ("model.share_embeddings", "all"),
+                                         ("model.preset", "TransformerBase")}
+                or (key == "model.crf_decoding" and value is True and kind == "labels")
+                or (key == "data.tagging_scheme" and value is not None and kind == "labels")
+                or (key == "data.train_features_file" and isinstance(value, list)))
+            if must_refuse:
+                failures.append(f"{key}={value!r:.60}: accepted")
+    assert not failures, "\n".join(failures[:40])
+    assert counted >= keys
+
+
+def corrupted_files(kind):
+    """[(what, file key, content or None (a directory), text the one error line must hold)]: the
+    data mistakes of a tagger's or classifier's files."""
+    tags = kind == "tags"
+    cases = [
+        ("fewer label lines", "train_labels_file", ("S-X\n" if not tags else "O O O\n"), "lines"),
+        ("invalid UTF-8", "train_labels_file", b"O \xff\xfe O\n", "line 1"),
+        ("a directory", "train_labels_file", None, "train"),
+        ("an empty vocabulary", "target_vocabulary", "", "empty"),
+        ("a repeated vocabulary entry", "target_vocabulary", "O\nO\n", "line 2"),
+        ("a vocabulary entry with a space", "target_vocabulary", "O\nB X\n", "line 2"),
+        ("an empty vocabulary line", "target_vocabulary", "O\n\nS-X\n", "line 2"),
+        ("an evaluation file of other length", "eval_labels_file", "O\n", "lines"),
+    ]
+    if tags:
+        cases += [("a tag too few", "train_labels_file", None, "line 3"),
+                  ("a tag not in the vocabulary", "train_labels_file", None, "line 3"),
+                  ("an eval tag too many", "eval_labels_file", None, "line 3")]
+    else:
+        cases += [("two labels on a line", "train_labels_file", None, "line 3"),
+                  ("an empty label line", "train_labels_file", None, "line 3"),
+                  ("a label not in the vocabulary", "eval_labels_file", None, "line 3")]
+    return cases
+
+
+def _corrupt(user, what, key, content, directory):
+    """Writes the corrupted file of one case (a copy of the good one changed at line 3 for the
+    line cases) and points `key` at it."""
+    path = directory / f"{key}.bad"
+    good = user["data"][key]
+    if content is None and what == "a directory":
+        path.mkdir()
+    elif content is None:
+        rows = open(good, encoding="utf-8").read().splitlines()
+        words = rows[2].split()
+        rows[2] = {"a tag too few": " ".join(words[:-1]),
+                   "a tag not in the vocabulary": " ".join(["NOT-A-TAG"] + words[1:]),
+                   "an eval tag too many": " ".join(words + ["O"]),
+                   "two labels on a line": f"{rows[2]} {rows[2]}",
+                   "an empty label line": "",
+                   "a label not in the vocabulary": "NOT-A-LABEL"}[what]
+        path.write_text("\n".join(rows) + "\n", encoding="utf-8")
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content, encoding="utf-8")
+    user["data"][key] = str(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["tags", "labels"])
+def test_every_mistake_in_a_tagger_or_classifier_file_is_one_line(files, tmp_path, capsys, kind):
+    """run.py train on each corrupted file (and `evaluate` on a tags file of other length):
+    exit 2, one `error:` line naming the file (and its line where the mistake is on one)."""
+    failures = []
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    try:
+        for number, (what, key, content, expected) in enumerate(corrupted_files(kind)):
+            directory = tmp_path / f"case{number}"
+            directory.mkdir()
+            user = encoder_user(directory / "project", kind)
+            path = _corrupt(user, what, key, content, directory)
+            config = directory / "config.yml"
+            config.write_text(yaml.safe_dump(user))
+            code, err = run_case(lambda: run.main(["train", "--config", str(config)]), capsys,
+                                 tmp_path)
+            errors = [line for line in err.splitlines() if line.startswith("error:")]
+            if code != 2 or len(errors) != 1 or "Traceback" in err:
+                failures.append(f"{what}: exit {code}: {err.strip().splitlines()[-1:]}")
+            elif path not in errors[0] or expected not in errors[0]:
+                failures.append(f"{what}: {errors[0]!r} names not {path} / {expected!r}")
+        user = encoder_user(tmp_path / "evaluate", kind)
+        config = tmp_path / "evaluate" / "config.yml"
+        config.write_text(yaml.safe_dump(user))
+        predictions = tmp_path / "predictions.txt"
+        rows = open(user["data"]["train_labels_file"], encoding="utf-8").read().splitlines()
+        predictions.write_text("\n".join(rows[:2] + [rows[2] + " O"] + rows[3:]) + "\n")
+        code, err = run_case(lambda: run.main(["evaluate", "--config", str(config),
+                                               "--predictions_file", str(predictions),
+                                               "--references_file",
+                                               user["data"]["train_labels_file"]]),
+                             capsys, tmp_path)
+        errors = [line for line in err.splitlines() if line.startswith("error:")]
+        if kind == "tags" and (code != 2 or len(errors) != 1 or "line 3" not in errors[0]):
+            failures.append(f"evaluate, a tag too many: exit {code}: {err[-300:]}")
+        if kind == "labels" and code != 0:  # (one label per line: "x O" is a wrong label)
+            failures.append(f"evaluate, classifier: exit {code}: {err[-300:]}")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert not failures, "\n".join(failures)
