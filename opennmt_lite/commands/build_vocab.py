@@ -29,7 +29,10 @@ def run(args, config):
             raise ConfigError(f"data.{name} must be set to build the vocabularies")
     check_outputs(data)
     with writing("build-vocab"):  # a full disk: one line, the previous files kept
-        _build(args, config)
+        if config.model.is_encoder_model:
+            _build_encoder_model_vocabularies(args, config)
+        else:
+            _build(args, config)
 
 
 def check_outputs(data):
@@ -117,3 +120,46 @@ def _build_word_vocabularies(args, data):
         for files, path, counts in sides:
             build_word_vocab(files, path, size=args.size, min_frequency=args.min_frequency,
                              size_multiple=args.size_multiple, staging=staging, counts=counts)
+
+
+def _build_encoder_model_vocabularies(args, config):
+    """A sequence tagger's or classifier's vocabularies: the source one from the features (a
+    SentencePiece model and its vocabulary with data.source_tokenization type sentencepiece,
+    else a word vocabulary as onmt-build-vocab counts it); the tags or labels vocabulary, when
+    its file does not exist yet, the distinct tags or labels of the training labels file, sorted
+    (an existing one is kept: its order is the output layer's)."""
+    import logging
+
+    from opennmt_lite import build
+    from opennmt_lite.data.labels import read_label_vocabulary
+    from opennmt_lite.data.text import read_lines
+    from opennmt_lite.data.tokenizers import train_sentencepiece
+    from opennmt_lite.data.vocab_builder import build_word_vocab, count_tokens
+    from opennmt_lite.files import write_lines
+
+    logger = logging.getLogger("opennmt_lite")
+    data, kind = config.data, build.label_kind(config.model)
+    source = data.source_tokenization
+    if source is not None and source.type == "sentencepiece":
+        train_sentencepiece([data.train_features_file], os.path.splitext(source.model)[0],
+                            source.vocabulary_size, model_type=source.model_type,
+                            character_coverage=source.character_coverage, seed=config.train.seed,
+                            vocabulary_path=data.source_vocabulary)
+    else:
+        tokenizer = build.tokenizer(source, "data.source_tokenization")
+        build_word_vocab([data.train_features_file], data.source_vocabulary, size=args.size,
+                         min_frequency=args.min_frequency, size_multiple=args.size_multiple,
+                         counts=count_tokens([data.train_features_file], tokenizer=tokenizer))
+    if os.path.exists(data.target_vocabulary):
+        read_label_vocabulary(data.target_vocabulary, kind)  # (checked, kept as it is)
+        logger.info("data.target_vocabulary %s kept (%s vocabulary; remove it to rebuild it)",
+                    data.target_vocabulary, kind)
+        return
+    lines = read_lines(data.train_labels_file, kind)
+    labels = sorted({label for line in lines for label in line.split()})
+    if not labels:
+        raise ConfigError(f"data.train_labels_file {data.train_labels_file}: no {kind} to build "
+                          f"data.target_vocabulary from")
+    write_lines(labels, data.target_vocabulary)
+    logger.info("wrote the %d %s of %s to %s", len(labels), kind, data.train_labels_file,
+                data.target_vocabulary)
