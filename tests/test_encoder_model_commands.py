@@ -221,3 +221,29 @@ def test_run_py_inspect_walks_through_a_tagger(tmp_path, capsys):
     tags = next(line for line in out.splitlines() if line.startswith("tags: "))
     assert tags[len("tags: "):] == lines(os.path.join(source, "pred.first100.tags"))[0]
     assert "layer 1" in (tmp_path / "page.html").read_text()
+
+
+def test_build_vocab_writes_the_source_and_the_tags_vocabularies(tmp_path):
+    """build-vocab of a tagger: the word vocabulary of the features (special tokens first) and,
+    the tags vocabulary being missing, the training tags sorted; an existing tags vocabulary is
+    kept as it is (its order is the output layer's)."""
+    source = fixture_dir("tagger")
+    user = {"model_dir": str(tmp_path / "run"),
+            "data": {"train_features_file": os.path.join(source, "train.first200.tok.en"),
+                     "train_labels_file": os.path.join(source, "train.first200.tags"),
+                     "source_vocabulary": str(tmp_path / "src.txt"),
+                     "target_vocabulary": str(tmp_path / "tags.txt")},
+            "model": {"type": "sequence_tagger", "num_layers": 1, "num_units": 16,
+                      "num_heads": 2, "ffn_inner_dim": 32}}
+    config = tmp_path / "config.yml"
+    config.write_text(yaml.safe_dump(user))
+    assert run_py("build-vocab", "--config", str(config)) == 0
+    tags = {tag for line in lines(os.path.join(source, "train.first200.tags")) for tag in line.split()}
+    assert lines(tmp_path / "tags.txt") == sorted(tags)
+    words = {word for line in lines(os.path.join(source, "train.first200.tok.en"))
+             for word in line.split()}
+    vocabulary = lines(tmp_path / "src.txt")
+    assert vocabulary[:3] == ["<blank>", "<s>", "</s>"] and set(vocabulary[3:]) == words
+    (tmp_path / "tags.txt").write_text("S-NUM\nO\nB-CAP\nI-CAP\nE-CAP\nS-CAP\n")
+    assert run_py("build-vocab", "--config", str(config)) == 0
+    assert lines(tmp_path / "tags.txt")[:2] == ["S-NUM", "O"]
