@@ -20,6 +20,12 @@ def add_arguments(parser):
 
 
 def run(args, config):
+    from opennmt_lite.config import ConfigError
     from opennmt_lite.serving.runner import serve
+
+    if config.model.is_encoder_model:  # (the server's API is OpenNMT-py's translation API)
+        raise ConfigError(f"serve: model.type {config.model.type} is not served (the server "
+                          f"translates); export --format saved_model serves it with TensorFlow "
+                          f"Serving")
 
     serve(config, args.host, args.port)
