@@ -199,6 +199,46 @@ def test_run_py_average_export_and_refusals(classifier_run, tmp_path, capsys):
         assert len(errors) == 1 and "sequence_classifier" in errors[0], errors
 
 
+def test_run_py_resumes_a_classifier_in_mixed_precision(classifier_run, tmp_path):
+    """train again with max_step 8 and train.mixed_precision bfloat16: it resumes from step 6
+    (opennmt-lite's checkpoint, its data position) and evaluates at the end."""
+    import json
+
+    import tensorflow as tf
+
+    config, root = classifier_run
+    with open(config) as f:
+        user = yaml.safe_load(f)
+    user["train"].update(max_step=8, mixed_precision="bfloat16")
+    again = tmp_path / "again.yml"
+    again.write_text(yaml.safe_dump(user))
+    assert run_py("train", "--config", str(again)) == 0
+    history = [json.loads(line) for line in lines(root / "run" / "eval" / "history.jsonl")]
+    assert [entry["step"] for entry in history] == [3, 6, 8]
+    assert 0.0 <= history[-1]["accuracy"] <= 1.0 and np.isfinite(history[-1]["loss"])
+    prefix = str(root / "run" / "checkpoints" / "ckpt-8")
+    step = next(name for name, _ in tf.train.list_variables(prefix)
+                if name.endswith("iterations/.ATTRIBUTES/VARIABLE_VALUE"))
+    assert tf.train.load_checkpoint(prefix).get_tensor(step) == 8
+
+
+def test_tagging_scheme_bio_gives_the_accuracy_alone(tmp_path):
+    """With `tagging_scheme: bio`, OpenNMT-tf prints the accuracy alone (its F1 is bioes'):
+    so does evaluate, from the same files that give bioes' chunk scores."""
+    from opennmt_lite.commands.evaluate import label_scores
+
+    source = fixture_dir("tagger_crf")
+    files = (os.path.join(source, "pred.first100.tags"), os.path.join(source, "test.first100.tags"))
+    bio = label_scores(*files, "sequence_tagger", "bio")
+    bioes = label_scores(*files, "sequence_tagger", "bioes")
+    assert set(bio) == {"accuracy", "lines"} and bio["accuracy"] == bioes["accuracy"]
+    assert set(bioes) == {"accuracy", "f1", "precision", "recall", "lines"}
+    gold = [line.split() for line in lines(files[1])]
+    predicted = [line.split() for line in lines(files[0])]
+    right = sum(g == p for a, b in zip(gold, predicted) for g, p in zip(a, b))
+    assert bio["accuracy"] == round(right / sum(map(len, gold)), 4)
+
+
 def test_run_py_inspect_walks_through_a_tagger(tmp_path, capsys):
     """inspect on the OpenNMT-tf CRF tagger: the encoder's recorded steps, the tags it writes
     (those of `onmt-main infer`) and the HTML page."""
