@@ -153,15 +153,18 @@ def write_html(args, config, model, assets, weights, sources, tensors):
 
     source_ids, source_length = padded(sources)
     if config.model.is_encoder_model:  # (no decoder: the encoder's steps alone)
+        from opennmt_lite import build
+
+        kind = build.label_kind(config.model)
         hyper = dict(source_vocabulary_size=model.source_vocabulary_size,
-                     **{f"num_{build_kind(config)}": model.num_outputs},
+                     **{f"num_{kind}": model.num_outputs},
                      crf_decoding=getattr(model, "crf_decoding", False),
                      **model.hyperparameters.to_dict())
         predictions = _predictions(model, assets, source_ids, source_length)
         about = {"title": f"{config.model.type} encoder walk-through: "
                           f"{' | '.join(' '.join(t) for t, _ in sources)}"[:200],
                  "weights": weights, "model": hyper,
-                 "target_origin": f"no decoder; the model's {build_kind(config)}: "
+                 "target_origin": f"no decoder; the model's {kind}: "
                                   + " | ".join(predictions),
                  "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
                               f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
@@ -188,9 +191,3 @@ def write_html(args, config, model, assets, weights, sources, tensors):
              "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
                           f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
     return html.write_page(args.html, walk, sources, targets, about)
-
-
-def build_kind(config):
-    from opennmt_lite import build
-
-    return build.label_kind(config.model)

@@ -12,7 +12,6 @@ The periodic machinery (history, TensorBoard, early stopping, export on best) is
 evaluator's (inference/evaluation.py).
 """
 
-import logging
 import math
 import os
 
@@ -24,8 +23,6 @@ from opennmt_lite.data.pipeline import pad_parallel_batch
 from opennmt_lite.inference.evaluation import Evaluator
 from opennmt_lite.inference.tagging_metrics import tagging_metrics
 from opennmt_lite.training.losses import encoder_model_losses
-
-logger = logging.getLogger("opennmt_lite")
 
 
 def labeled_batches(corpus, batch_size):
