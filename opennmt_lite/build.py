@@ -111,7 +111,7 @@ def model(model_config, assets):
     dispatches on model.type (a Transformer, or a sequence tagger or classifier)."""
     if model_config.is_encoder_model:
         return encoder_model(model_config, assets)
-    if model_config.type != "transformer":  # (language_model: built where it is implemented)
+    if model_config.type not in (None, "transformer"):  # (language_model: built where it is)
         raise ConfigError(f"model.type {model_config.type}: not built by this version of "
                           f"opennmt-lite")
     hyperparameters = model_config.hyperparameters
