@@ -441,6 +441,10 @@ def best_model_exporter(config, transformer, assets):
     directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export
     on best. A decoding option the format cannot run is refused now, before training."""
     export_format = config.eval.export_format
+    if config.model.is_encoder_model and export_format == "saved_model":
+        from opennmt_lite.export.encoder_models import export_encoder_model
+
+        return lambda directory, step: export_encoder_model(transformer, assets, directory)
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
     if export_format == "saved_model":
         from opennmt_lite.export.saved_model import export_model

@@ -893,6 +893,11 @@ def _finalize_encoder_model(config, source):
             raise ConfigError(f"{source}: data.tagging_scheme: {scheme!r}: choose bioes (adds "
                               f"precision, recall and F1 to the evaluation) or bio")
         data["tagging_scheme"] = str(scheme).lower()
+    export_format = config["eval"].get("export_format")
+    if config["eval"].get("export_on_best") and export_format not in (None, "saved_model",
+                                                                      "checkpoint"):
+        raise ConfigError(f"{source}: eval.export_format: {export_format}: a {kind} exports as "
+                          f"saved_model or checkpoint (CTranslate2 and TFLite have no such model)")
     for name, reason in ENCODER_MODEL_REFUSED.items():
         section, field = name.split(".")
         if config[section].get(field) not in (None, False, 0, 0.0, [], ()):

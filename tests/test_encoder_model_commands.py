@@ -133,7 +133,8 @@ def classifier_run(tmp_path_factory):
         "train": {"batch_type": "examples", "batch_size": 32, "effective_batch_size": 64,
                   "max_step": 6, "save_checkpoints_steps": 3, "save_summary_steps": 3,
                   "seed": 3},
-        "eval": {"steps": 3, "batch_size": 16},
+        "eval": {"steps": 3, "batch_size": 16, "export_on_best": "accuracy",
+                 "max_exports_to_keep": 1},
         "infer": {"batch_size": 16},
     }
     config = root / "config.yml"
@@ -152,6 +153,10 @@ def test_run_py_trains_a_classifier_and_evaluates_it(classifier_run):
     history = [json.loads(line) for line in lines(root / "run" / "eval" / "history.jsonl")]
     assert [entry["step"] for entry in history] == [3, 6]
     assert set(history[-1]) == {"step", "loss", "perplexity", "accuracy"}
+    # export on best accuracy: the SavedModel of the best evaluation (the newest one kept)
+    best = 6 if history[1]["accuracy"] > history[0]["accuracy"] else 3
+    assert os.listdir(root / "run" / "export") == [str(best)]
+    assert os.path.exists(root / "run" / "export" / str(best) / "saved_model.pb")
     predictions = root / "pred.txt"
     source = fixture_dir("classifier")
     assert run_py("infer", "--config", config, "--features_file",
