@@ -92,7 +92,10 @@ def assets(data):
 
 
 def model(model_config, assets):
-    """The Transformer of the `model` section, built (variables created)."""
+    """The model of the `model` section, built (variables created): the one place that
+    dispatches on model.type (a Transformer, or a LanguageModel reading the target side)."""
+    if model_config.is_language_model:
+        return language_model(model_config, assets)
     hyperparameters = model_config.hyperparameters
     sizes = (assets.source_vocabulary.num_ids, assets.target_vocabulary.num_ids)
     if hyperparameters.shares_input_embeddings and sizes[0] != sizes[1]:
@@ -105,10 +108,25 @@ def model(model_config, assets):
     return transformer
 
 
+def language_model(model_config, assets):
+    """The LanguageModel of a `model` section of type language_model, built; its vocabulary is
+    data.vocabulary (the target vocabulary of the inputs)."""
+    from opennmt_lite.models.language_model import LanguageModel
+
+    result = LanguageModel(model_config.hyperparameters, assets.target_vocabulary.num_ids,
+                           maximum_position=model_config.maximum_position,
+                           gelu_approximation=model_config.gelu_approximation)
+    result.build()
+    return result
+
+
 def _pretrained_tables(transformer, data):
     """[(config key, `Embedding` section, WordEmbedder, its Vocabulary side)] of the tables that
     take pretrained vectors. With shared input tables the one table is the source's, as in
-    OpenNMT-tf (which never reads data.target_embedding then)."""
+    OpenNMT-tf (which never reads data.target_embedding then). None for a language model (the
+    config refuses its embedding files)."""
+    if not hasattr(transformer, "source_inputter"):
+        return []
     tables = [("data.source_embedding", data.source_embedding, transformer.source_inputter, "source")]
     if not transformer.hyperparameters.shares_input_embeddings:
         tables.append(("data.target_embedding", data.target_embedding, transformer.target_inputter,

@@ -10,7 +10,7 @@ import logging
 
 import tensorflow as tf
 
-from opennmt_lite.checkpointing import onmt_names, store
+from opennmt_lite.checkpointing import onmt_encoder_models, onmt_names, store
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -27,6 +27,24 @@ def check_one_format(prefixes):
                                     f"together: {', '.join(prefixes)}")
 
 
+def _is_language_model(model):
+    return hasattr(model, "examples_inputter")
+
+
+def _assign_onmt(prefix, model):
+    """OpenNMT-tf's weights of a Transformer or a LanguageModel into `model`."""
+    if _is_language_model(model):
+        onmt_encoder_models.load_onmt_language_model(prefix, model)
+    else:
+        onmt_names.assign_model(prefix, model)
+
+
+def _onmt_mapping(prefix, model):
+    if _is_language_model(model):
+        return onmt_encoder_models.language_model_mapping(model)
+    return onmt_names.model_mapping(model, store.contents(prefix))
+
+
 def restore_weights(model, model_dir, checkpoint=None):
     """Loads model weights (infer, export, evaluate, inspect) from `checkpoint` (see
     store.resolve), else from the newest readable checkpoint of `model_dir` (see store.latest),
@@ -38,7 +56,7 @@ def restore_weights(model, model_dir, checkpoint=None):
             f"no checkpoint in {store.checkpoint_directory(model_dir)} nor an OpenNMT-tf "
             f"checkpoint in {model_dir}: train a model first or pass --checkpoint")
     if is_onmt(prefix):
-        onmt_names.assign_model(prefix, model)
+        _assign_onmt(prefix, model)
         logger.info("loaded OpenNMT-tf checkpoint %s", prefix)
     else:
         store.Checkpoint(model).restore_weights(prefix)
@@ -53,9 +71,12 @@ def restore_whole(checkpoint, prefix):
     model weight} for the floating-point weights (what averaging averages)."""
     model, optimizer = checkpoint.model, checkpoint.optimizer
     if is_onmt(prefix):
-        onmt_names.assign_model(prefix, model)
-        onmt_names.assign_optimizer_state(prefix, model, optimizer)
-        return onmt_names.model_mapping(model, store.contents(prefix))
+        _assign_onmt(prefix, model)
+        if _is_language_model(model):
+            onmt_encoder_models.assign_optimizer_state(prefix, model, optimizer)
+        else:
+            onmt_names.assign_optimizer_state(prefix, model, optimizer)
+        return _onmt_mapping(prefix, model)
     checkpoint.restore(prefix)
     # (Keras variables give their dtype as a string, tf.Variables as a DType)
     return {name: variable for name, variable in checkpoint.variables.items()

@@ -183,7 +183,13 @@ class LanguageModel(keras.Model):
         self.decoder.build((None, None, self.hyperparameters.num_units))
         self.built = True
 
-    def call(self, ids, length, training=None):
+    def call(self, ids, length=None, training=None):
+        """ids [batch, time] and length [batch] -> logits; or a Transformer batch (a dict: the
+        training, evaluation and scoring inputs, data/pipeline.py) -> (logits of its
+        `target_ids_in` over `target_length`, None: no attention), as the Transformer's call,
+        so that the train step, evaluation and `score` run a language model unchanged."""
+        if isinstance(ids, dict):
+            return self.call(ids["target_ids_in"], ids["target_length"], training=training), None
         embedded = self.examples_inputter(ids, training=training)
         return self.decoder(embedded, length, training=training)
 
