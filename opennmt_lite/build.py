@@ -350,6 +350,18 @@ def inference_input(features_file, infer_config, assets, data=None):
     )
 
 
+def prefix_input(features_file, infer_config, assets, data):
+    """The prefixes a language model continues (`infer`): its vocabulary and tokenizer, `<s>`
+    first when data.sequence_controls has `start: true`, never a `</s>` (OpenNMT-tf's
+    LanguageModelInputter in inference)."""
+    return InferenceInput(
+        features_file, source_vocabulary=assets.target_vocabulary,
+        source_tokenizer=assets.target_tokenizer, batch_size=infer_config.batch_size,
+        batch_type=infer_config.batch_type, length_bucket_width=infer_config.length_bucket_width or None,
+        maximum_features_length=infer_config.maximum_features_length,
+        source_controls=Controls(data.target_sequence_controls.start, False))
+
+
 def evaluator(config, transformer, assets, current_step=0):
     """The periodic evaluator of a training run (validation loss, scorers, early stopping);
     its translations are greedy (beam 1), bounded by params.maximum_decoding_length."""
