@@ -22,6 +22,7 @@ hypothesis' score is its tokens' log-probabilities under the model (temperature 
 import logging
 import sys
 
+import keras
 import numpy as np
 from keras import ops
 from tqdm import tqdm
@@ -56,10 +57,29 @@ def _sample(log_probs, options, rng):
     return np.array([rng.choice(len(p), p=p) for p in probs], np.int32)
 
 
-def _step(model, ids, position, cache):
+def _decode_next(model, ids, position, cache):
+    """ids [rows] at `position` after the cache -> (logits [rows, vocabulary], the cache)."""
     logits, cache = model.decoder.decode_cached(
         model.examples_inputter(ids[:, None]), ops.arange(position, position + 1), cache)
-    return np.asarray(ops.cast(logits[:, -1], "float32")), cache
+    return ops.cast(logits[:, -1], "float32"), cache
+
+
+def _step(model, ids, position, cache):
+    """_decode_next, traced once per model on TensorFlow (every cache length and batch size one
+    graph: an eager step costs several times its arithmetic here)."""
+    if keras.backend.backend() != "tensorflow":
+        logits, cache = _decode_next(model, ids, position, cache)
+        return np.asarray(logits), cache
+    import tensorflow as tf
+
+    function = getattr(model, "_continuation_step", None)
+    if function is None:  # (kept on the model, outside Keras' attribute tracking)
+        function = tf.function(lambda ids, position, cache: _decode_next(model, ids, position,
+                                                                         cache),
+                               reduce_retracing=True)
+        object.__setattr__(model, "_continuation_step", function)
+    logits, cache = function(tf.constant(ids, tf.int32), tf.constant(position, tf.int32), cache)
+    return logits.numpy(), cache
 
 
 def _search_one_hypothesis(model, logits, cache, time, options, rng):

@@ -73,10 +73,10 @@ REFUSED = {
                                          "with compute_type int8_float16",
 }
 for _name in CATALOG:
-    if not _name.startswith(("Transformer", "ScalingNmt")):
+    if not _name.startswith(("Transformer", "ScalingNmt", "GPT2Small")):
         REFUSED[f"--model_type {_name}"] = (
-            "opennmt-lite implements the Transformer models of the catalog only (Transformer*, "
-            "ScalingNmtEnDe, ScalingNmtEnFr)")
+            "opennmt-lite implements the catalog's Transformer models (Transformer*, "
+            "ScalingNmtEnDe, ScalingNmtEnFr) and its language model GPT2Small only")
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -206,8 +206,6 @@ def refusal(args):
     features = getattr(args, "features_file", None)
     if isinstance(features, list) and len(features) > 1:
         return ArgumentError("--features_file: one file (multi-source models are not implemented)")
-    if args.run_type == "score" and not args.predictions_file:
-        return ArgumentError("score: --predictions_file is required (the translations to score)")
     return None
 
 
@@ -278,9 +276,28 @@ def _read_model_file(path):
             raise ModelError(f"{path}: catalog model {name}: "
                              f"{REFUSED.get(f'--model_type {name}', 'not in the catalog')}")
         return {"model": {"preset": name}, "auto_config": None}
+    if OTHER_MODELS.search(text):
+        return _read_other_model_file(path)
     from opennmt_lite.onmt import model_file  # (the user's own code runs here, as in OpenNMT-tf)
 
     return model_file.read_model_file(path)
+
+
+# A model file building one of OpenNMT-tf's other model types (read by other_model_files).
+OTHER_MODELS = re.compile(r"\b(LanguageModel|GPT2Small)\b")
+
+
+def _read_other_model_file(path):
+    """{"model": the model section, "auto_config": None} of a LanguageModel's model file."""
+    from opennmt_lite.onmt.other_model_files import read_other_model_file
+
+    description = read_other_model_file(path)
+    if description["type"] != "LanguageModel":
+        raise ModelError(f"{path}: {description['type']} is not implemented on this branch")
+    model = dict(description["hyperparameters"], type="language_model",
+                 maximum_position=description["maximum_position"],
+                 gelu_approximation=description["gelu_approximation"] or None)
+    return {"model": model, "auto_config": None}
 
 
 def _model(args, user, model_dir):
@@ -517,6 +534,10 @@ def _export(args, config):
 
 def _score(args, config):
     from opennmt_lite.commands import score
+    from opennmt_lite.errors import ArgumentError
+
+    if not args.predictions_file and not config.model.is_language_model:
+        raise ArgumentError("score: --predictions_file is required (the translations to score)")
 
     return score.run(argparse.Namespace(
         checkpoint=checkpoint_argument(args.checkpoint_path), features_file=args.features_file[0],
