@@ -392,6 +392,18 @@ def best_model_exporter(config, transformer, assets):
     on best. A decoding option the format cannot run is refused now, before training."""
     export_format = config.eval.export_format
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
+    if config.model.is_language_model and export_format != "checkpoint":
+        from opennmt_lite.export import language_model
+
+        if export_format == "saved_model":
+            return lambda directory, step: language_model.export_saved_model(
+                transformer, assets, options, config.data, directory)
+        if export_format.startswith("ctranslate2"):
+            quantization = export_format[len("ctranslate2_"):] or None
+            return lambda directory, step: language_model.export_ctranslate2(
+                transformer, assets, options, config.data, directory, quantization, force=True)
+        raise ConfigError(f"eval.export_format: {export_format}: a language model exports to "
+                          "saved_model, ctranslate2* or checkpoint")
     if export_format == "saved_model":
         from opennmt_lite.export.saved_model import export_model
 
