@@ -9,8 +9,6 @@ sampling_topk / sampling_temperature (seeded), length_penalty 0 unless params.le
 (the scores are then the sums of log-probabilities, `</s>`'s included).
 """
 
-import numpy as np
-
 from opennmt_lite.errors import MissingFileError
 
 
@@ -54,7 +52,14 @@ def continue_file_ctranslate2(path, assets, inference_input, options, start=Fals
         prompts = [[token if token != "<unk>" else unknown
                     for token in vocabulary.to_tokens(row[:length])]
                    for row, length in zip(batch["source_ids"], batch["source_length"])]
-        outputs = generator.generate_batch(prompts, **generate_options(options))
+        outputs = [None] * len(prompts)
+        # (one call per prompt length: a batch of prompts of different lengths continued
+        # differently from the same prompts alone, in CTranslate2 4.8's Generator)
+        for size in sorted({len(prompt) for prompt in prompts}):
+            rows = [row for row, prompt in enumerate(prompts) if len(prompt) == size]
+            for row, output in zip(rows, generator.generate_batch(
+                    [prompts[row] for row in rows], **generate_options(options))):
+                outputs[row] = output
         for index, prompt, output in zip(batch["index"], prompts, outputs):
             prefix = [("<unk>" if t == unknown else t) for t in prompt[int(start):]]
             results[int(index)] = [
@@ -74,5 +79,3 @@ def vocabulary_unknown(generator, vocabulary):
         name = name[:-1] + "_oov>"
     return name
 
-
-__all__ = ["continue_file_ctranslate2", "generate_options", "np"]
