@@ -251,3 +251,27 @@ def test_empty_prefix_and_score_predictions_are_refused(config, work, capsys):
                      "--predictions_file", str(work / "eval.tok.en")])
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "--predictions_file: a language model scores" in error[-1]
+
+
+def test_inspect_walks_through_the_decoder(config, work):
+    """inspect of a language model: the decoder's recorded logits are the model's (as `score`
+    computes them), and the HTML page walks through its causal mask and output layer."""
+    from opennmt_lite.commands import inspect
+    from opennmt_lite.config import load_config
+
+    import argparse
+
+    shown = []
+    args = argparse.Namespace(config=[config], checkpoint=str(work / "ckpt-3000"),
+                              sentence="User ID", ids=None, batch=None, attention_png=None,
+                              values=False, html=str(work / "lm.html"), target=None)
+    tensors = inspect.run(args, load_config(config), out=shown.append)
+    model, vocabulary = _fixture_model()
+    ids = np.array([vocabulary.lookup(["User", "ID"])], np.int32)
+    expected = np.asarray(model(ids, np.array([2], np.int32)))
+    assert np.abs(tensors["decoder/logits"] - expected).max() < 1e-5
+    mask = tensors["decoder/mask"][0]
+    assert mask.tolist() == [[1.0, 0.0], [1.0, 1.0]]
+    page = (work / "lm.html").read_text(encoding="utf-8")
+    assert "Causal mask" in page and "Learned position embedding" in page
+    assert "next-token logits" in page
