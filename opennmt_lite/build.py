@@ -137,6 +137,10 @@ def encoder_model(model_config, assets):
                                 crf_decoding=model_config.crf_decoding)
     else:
         result = SequenceClassifier(model_config.hyperparameters, *sizes)
+    result.build()
+    return result
+
+
 def language_model(model_config, assets):
     """The LanguageModel of a `model` section of type language_model, built; its vocabulary is
     data.vocabulary (the target vocabulary of the inputs)."""
