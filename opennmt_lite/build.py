@@ -108,12 +108,12 @@ def assets(data, model_config=None):
 
 def model(model_config, assets):
     """The model of the `model` section, built (variables created): the one place that
-    dispatches on model.type (a Transformer, or a sequence tagger or classifier)."""
+    dispatches on model.type (a Transformer, a sequence tagger or classifier, or a LanguageModel
+    reading the target side)."""
     if model_config.is_encoder_model:
         return encoder_model(model_config, assets)
-    if model_config.type not in (None, "transformer"):  # (language_model: built where it is)
-        raise ConfigError(f"model.type {model_config.type}: not built by this version of "
-                          f"opennmt-lite")
+    if model_config.is_language_model:
+        return language_model(model_config, assets)
     hyperparameters = model_config.hyperparameters
     sizes = (assets.source_vocabulary.num_ids, assets.target_vocabulary.num_ids)
     if hyperparameters.shares_input_embeddings and sizes[0] != sizes[1]:
@@ -137,6 +137,18 @@ def encoder_model(model_config, assets):
                                 crf_decoding=model_config.crf_decoding)
     else:
         result = SequenceClassifier(model_config.hyperparameters, *sizes)
+    result.build()
+    return result
+
+
+def language_model(model_config, assets):
+    """The LanguageModel of a `model` section of type language_model, built; its vocabulary is
+    data.vocabulary (the target vocabulary of the inputs)."""
+    from opennmt_lite.models.language_model import LanguageModel
+
+    result = LanguageModel(model_config.hyperparameters, assets.target_vocabulary.num_ids,
+                           maximum_position=model_config.maximum_position,
+                           gelu_approximation=model_config.gelu_approximation)
     result.build()
     return result
 
@@ -400,6 +412,18 @@ def inference_input(features_file, infer_config, assets, data=None):
     )
 
 
+def prefix_input(features_file, infer_config, assets, data):
+    """The prefixes a language model continues (`infer`): its vocabulary and tokenizer, `<s>`
+    first when data.sequence_controls has `start: true`, never a `</s>` (OpenNMT-tf's
+    LanguageModelInputter in inference)."""
+    return InferenceInput(
+        features_file, source_vocabulary=assets.target_vocabulary,
+        source_tokenizer=assets.target_tokenizer, batch_size=infer_config.batch_size,
+        batch_type=infer_config.batch_type, length_bucket_width=infer_config.length_bucket_width or None,
+        maximum_features_length=infer_config.maximum_features_length,
+        source_controls=Controls(data.target_sequence_controls.start, False))
+
+
 def evaluator(config, transformer, assets, current_step=0):
     """The periodic evaluator of a training run (validation loss, scorers, early stopping);
     its translations are greedy (beam 1), bounded by params.maximum_decoding_length. A sequence
@@ -446,6 +470,18 @@ def best_model_exporter(config, transformer, assets):
 
         return lambda directory, step: export_encoder_model(transformer, assets, directory)
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
+    if config.model.is_language_model and export_format != "checkpoint":
+        from opennmt_lite.export import language_model
+
+        if export_format == "saved_model":
+            return lambda directory, step: language_model.export_saved_model(
+                transformer, assets, options, config.data, directory)
+        if export_format.startswith("ctranslate2"):
+            quantization = export_format[len("ctranslate2_"):] or None
+            return lambda directory, step: language_model.export_ctranslate2(
+                transformer, assets, options, config.data, directory, quantization, force=True)
+        raise ConfigError(f"eval.export_format: {export_format}: a language model exports to "
+                          "saved_model, ctranslate2* or checkpoint")
     if export_format == "saved_model":
         from opennmt_lite.export.saved_model import export_model
 

@@ -165,8 +165,13 @@ class DataConfig:
     export_vocabulary_assets: bool = key("bool")  # accepted, without effect (INEFFECTIVE_ONMT_KEYS)
     source_sequence_controls: SequenceControls = section(SequenceControls, optional=True)
     target_sequence_controls: SequenceControls = section(SequenceControls, optional=True)
-    # OpenNMT-tf's older key: read for a side whose own key is unset (see _resolve_controls).
+    # OpenNMT-tf's older key: read for a side whose own key is unset (see _resolve_controls);
+    # a language model's own key (its one sequence).
     sequence_controls: SequenceControls = section(SequenceControls, optional=True)
+    # A language model's (model.type: language_model) vocabulary and tokenization: OpenNMT-tf's
+    # keys of its one inputter (see _finalize_language_model).
+    vocabulary: str = key("path")
+    tokenization: Tokenization = section(Tokenization, optional=True)
     # A sequence tagger's tag scheme (OpenNMT-tf's, any case): bioes adds chunk precision,
     # recall and F1 to its evaluation; for any other model, accepted without effect
     # (INEFFECTIVE_ONMT_KEYS).
@@ -180,7 +185,12 @@ MODEL_TYPES = ("transformer", "sequence_tagger", "sequence_classifier", "languag
 SEQUENCE_TAGGER, SEQUENCE_CLASSIFIER = "sequence_tagger", "sequence_classifier"
 ENCODER_MODEL_TYPES = (SEQUENCE_TAGGER, SEQUENCE_CLASSIFIER)
 # The model section's keys that are not a ModelHyperparameters field.
-NOT_HYPERPARAMETERS = ("preset", "type", "crf_decoding")
+NOT_HYPERPARAMETERS = ("preset", "type", "crf_decoding", "maximum_position", "gelu_approximation")
+
+
+LANGUAGE_MODEL = "language_model"
+# The keys only a language model reads.
+LANGUAGE_MODEL_KEYS = ("maximum_position", "gelu_approximation")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,11 +200,17 @@ class ModelConfig:
     value, else the carrier's default, except the ARCHITECTURE sizes, which must be set."""
 
     preset: str = key("str", None, choices=tuple(PRESETS))
-    # What the layers make (null: transformer): see MODEL_TYPES.
+    # What the layers make (null: the preset's, else transformer): see MODEL_TYPES.
     type: str = key("str", None, choices=MODEL_TYPES)
     # A sequence tagger's CRF (OpenNMT-tf's SequenceTagger(crf_decoding=...)): the loss is the
     # CRF's log-likelihood and the tags its Viterbi path; without, the per-token argmax.
     crf_decoding: bool = key("bool")
+    # A language model's learned position table (OpenNMT-tf's PositionEmbedder(maximum_position));
+    # null: the position_encoding (sinusoidal). GPT2Small: 1024.
+    maximum_position: int = key("int", minimum=1)
+    # A language model's ffn_activation gelu as OpenNMT-tf's `opennmt.layers.gelu` (the tanh
+    # approximation; GPT2Small's) rather than the exact one.
+    gelu_approximation: bool = key("bool")
     num_layers: int = key("int", minimum=1)
     num_units: int = key("int", minimum=1)
     num_heads: int = key("int", minimum=1)
@@ -217,6 +233,10 @@ class ModelConfig:
     def is_encoder_model(self):
         """A sequence tagger or classifier: the encoder alone (models/encoder_models.py)."""
         return self.type in ENCODER_MODEL_TYPES
+
+    @property
+    def is_language_model(self):
+        return self.type == LANGUAGE_MODEL
 
     @property
     def hyperparameters(self):
@@ -588,24 +608,34 @@ PRESET_AUTO_CONFIG["ScalingNmtEnFr"] = {
 }
 
 
+# OpenNMT-tf's LanguageModel.auto_config(): one prefix length per inference batch (opennmt-lite
+# accepts mixed lengths; the width only groups them).
+LANGUAGE_MODEL_AUTO_CONFIG = {"infer": {"length_bucket_width": 1}}
+
+
 def model_type(model):
-    """The type of a (user's, unchecked) model section: its `type`, else transformer."""
+    """The type of a (user's, unchecked) model section: its `type`, else its preset's, else
+    transformer."""
     model = model if isinstance(model, dict) else {}
-    return model.get("type") or "transformer"
+    preset = PRESETS.get(model.get("preset")) or {}
+    return model.get("type") or preset.get("type") or "transformer"
 
 
 def auto_config(preset=None, type="transformer"):
     """OpenNMT-tf's auto_config of a model: the Transformer's, and its preset's own if it has one;
-    none for a sequence tagger or classifier (OpenNMT-tf's `Model.auto_config()` is empty)."""
+    a language model's own; none for a sequence tagger or classifier (OpenNMT-tf's
+    `Model.auto_config()` is empty)."""
     if type in ENCODER_MODEL_TYPES:
         return {}
+    if type == LANGUAGE_MODEL:
+        return copy.deepcopy(LANGUAGE_MODEL_AUTO_CONFIG)
     return merge(AUTO_CONFIG, PRESET_AUTO_CONFIG.get(preset, {}))
 
 # Keys replaced as a whole rather than merged key by key (as OpenNMT-tf does).
 REPLACED_WHOLE = ("optimizer_params", "decay_params")
 PATH_KEYS = (
     "train_features_file", "train_labels_file", "eval_features_file", "eval_labels_file",
-    "source_vocabulary", "target_vocabulary", "example_weights", "train_alignments",
+    "source_vocabulary", "target_vocabulary", "example_weights", "train_alignments", "vocabulary",
 )
 
 
@@ -763,7 +793,7 @@ def _validate(user, schema, prefix, source):
         if isinstance(spec, dict):
             if value is None:
                 continue
-            if prefix == "data." and name in TOKENIZATION_KEYS:
+            if prefix == "data." and name in TOKENIZATION_KEYS + ("tokenization",):
                 value = user[name] = _tokenization_shorthand(value)
                 if isinstance(value, str):  # a YAML file or a JSON string: read in _finalize
                     continue
@@ -909,6 +939,79 @@ def _finalize_encoder_model(config, source):
                               f"{len(value)} files is implemented for the Transformer only)")
         if isinstance(value, list):
             data[name] = value[0] if value else None
+# A language model's data keys -> the Transformer keys it fills (one sequence: the file is read
+# as the target of the decoder, and as a source nobody reads, so that the training, evaluation
+# and scoring inputs are the Transformer's).
+LANGUAGE_MODEL_DATA = {
+    "vocabulary": ("source_vocabulary", "target_vocabulary"),
+    "tokenization": ("source_tokenization", "target_tokenization"),
+    "train_features_file": ("train_labels_file",),
+    "eval_features_file": ("eval_labels_file",),
+}
+# OpenNMT-tf's LanguageModelInputter when data.sequence_controls is unset: no `<s>`, a `</s>`.
+LANGUAGE_MODEL_CONTROLS = {"start": False, "end": True}
+# What a language model cannot use, and why (one line each).
+LANGUAGE_MODEL_REFUSED = {
+    "data.train_alignments": "guided alignment needs a source",
+    "data.source_embedding": "a language model's pretrained embeddings are not implemented",
+    "data.target_embedding": "a language model's pretrained embeddings are not implemented",
+    "params.guided_alignment_type": "guided alignment needs a source",
+    "params.contrastive_learning": "contrastive learning is the Transformer's",
+    "params.replace_unknown_target": "it copies source words, and a language model has no source",
+    "params.coverage_penalty": "it weighs the attention to a source, and a language model has none",
+    "params.decoding_noise": "it is the Transformer's back-translation noise",
+    "params.freeze_layers": "its OpenNMT-tf layer paths are the Transformer's here",
+    "infer.with_alignments": "a language model has no source to align to",
+    "eval.save_eval_predictions": "its evaluation is its loss and perplexity, with no predictions",
+    "score.with_alignments": "a language model has no source to align to",
+}
+
+
+def _finalize_model_type(config, source):
+    """model.type resolved (transformer when neither it nor the preset sets it); the language
+    model's keys checked, and its data keys copied to the Transformer keys the inputs read
+    (LANGUAGE_MODEL_DATA); a Transformer's use of the language model's keys refused."""
+    model, data = config["model"], config["data"]
+    model["type"] = model["type"] or "transformer"
+    if model["type"] != LANGUAGE_MODEL:
+        for name in LANGUAGE_MODEL_KEYS:
+            if model.get(name) is not None:
+                raise ConfigError(f"{source}: model.{name} is a language model's key (model.type: "
+                                  f"{LANGUAGE_MODEL}); this model is a {model['type']}")
+        for name in ("vocabulary", "tokenization"):
+            if data.get(name) is not None:
+                raise ConfigError(f"{source}: data.{name} is a language model's key (model.type: "
+                                  f"{LANGUAGE_MODEL}); a Transformer reads data.source_{name} "
+                                  f"and data.target_{name}")
+        return
+    model["gelu_approximation"] = bool(model.get("gelu_approximation"))
+    if model["gelu_approximation"] and model["ffn_activation"] != "gelu":
+        raise ConfigError(f"{source}: model.gelu_approximation needs model.ffn_activation: gelu, "
+                          f"got {model['ffn_activation']}")
+    for name, reason in LANGUAGE_MODEL_REFUSED.items():
+        section, field = name.split(".")
+        if config[section].get(field) not in (None, False, 0, 0.0, [], ()):
+            raise ConfigError(f"{source}: {name}: not for a language model ({reason})")
+    if config["eval"]["scorers"] or config["eval"]["external_evaluators"]:
+        raise ConfigError(f"{source}: eval.scorers: a language model is evaluated by its loss and "
+                          f"perplexity only (remove eval.scorers)")
+    for name, targets in LANGUAGE_MODEL_DATA.items():
+        for target in targets:
+            if data.get(target) is not None:
+                raise ConfigError(f"{source}: data.{target} is not a language model's key: it "
+                                  f"reads data.{name} (one text file, one vocabulary)")
+            data[target] = copy.deepcopy(data.get(name))
+    for side in ("source", "target"):
+        if data.get(f"{side}_sequence_controls") is not None:
+            raise ConfigError(f"{source}: data.{side}_sequence_controls is not a language model's "
+                              f"key: it reads data.sequence_controls")
+    # (OpenNMT-tf's LanguageModelInputter: a flag the mapping leaves out, or null, keeps the
+    # language model's default, not false as for a Transformer's sides)
+    given = data.get("sequence_controls") or {}
+    data["target_sequence_controls"] = {
+        flag: default if given.get(flag) is None else bool(given[flag])
+        for flag, default in LANGUAGE_MODEL_CONTROLS.items()}
+    data["source_sequence_controls"] = {"start": False, "end": False}
 
 
 def _automatic_sharing(data, model_dir):
@@ -1067,6 +1170,7 @@ def _finalize(config, source):
             model[name] = params["dropout"]
     params["freeze_layers"] = _finalize_freeze_layers(params["freeze_layers"], source)
     _finalize_model(model, source)
+    _finalize_model_type(config, source)
     _finalize_encoder_model(config, source)
     if model["share_embeddings"] == SHARE_EMBEDDINGS_AUTO:
         model["share_embeddings"] = _automatic_sharing(config["data"], config["model_dir"])
@@ -1124,7 +1228,10 @@ def _finalize(config, source):
     _finalize_training_files(data, train, source)
     for side in TOKENIZATION_KEYS:
         if data[side] is not None:
-            data[side] = _finalize_tokenization(data[side], f"data.{side}", source, model_dir)
+            where = "data.tokenization" if model["type"] == LANGUAGE_MODEL else f"data.{side}"
+            data[side] = _finalize_tokenization(data[side], where, source, model_dir)
+    if model["type"] == LANGUAGE_MODEL:
+        data["tokenization"] = data["source_tokenization"]
     for side in EMBEDDING_KEYS:
         if data[side] is not None:
             data[side] = embedding = merge(_defaults(Embedding), data[side])
@@ -1442,6 +1549,11 @@ def build_config(user, source="config"):
     config = _defaults(Config)
     if user.get("auto_config", True):
         model = user.get("model") or {}
+        if model.get("preset") == "GPT2Small":
+            raise ConfigError(
+                f"{source}: model.preset GPT2Small with auto_config: OpenNMT-tf's GPT2Small "
+                "auto_config trains with the CosineAnnealing schedule, which opennmt-lite does not "
+                "implement; set auto_config: false and the params and train keys yourself")
         config = merge(config, auto_config(model.get("preset"), model_type(model)))
     # Sections given as null in YAML mean "defaults".
     config = merge(config, {k: v for k, v in user.items() if v is not None})

@@ -678,3 +678,105 @@ def test_every_mistake_in_a_tagger_or_classifier_file_is_one_line(files, tmp_pat
     finally:
         signal.signal(signal.SIGALRM, previous)
     assert not failures, "\n".join(failures)
+# -- a language model's keys and files (model.type: language_model) --------------------------
+
+LM_FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "onmt_tf_lm")
+LM_MODEL = {"type": "language_model", "num_layers": 2, "num_units": 32, "num_heads": 2,
+            "ffn_inner_dim": 64, "ffn_activation": "gelu", "gelu_approximation": True,
+            "maximum_position": 128}
+# The keys a language model reads (or refuses), with their YAML kinds (see config.py's
+# _finalize_model_type).
+LM_KEYS = ("model.type", "model.maximum_position", "model.gelu_approximation", "data.vocabulary",
+           "data.tokenization", "data.tokenization.type", "data.tokenization.model",
+           "data.sequence_controls.start", "data.sequence_controls.end",
+           "data.train_features_file", "data.eval_features_file", "data.source_vocabulary",
+           "data.train_labels_file", "data.target_sequence_controls", "eval.scorers",
+           "params.guided_alignment_type", "params.decoding_noise", "infer.with_alignments",
+           "eval.save_eval_predictions", "params.coverage_penalty")
+
+
+def _kind(dotted):
+    node = SCHEMA
+    for name in dotted.split("."):
+        node = node[name]
+    return "dict" if isinstance(node, dict) else node.kind
+
+
+def test_language_model_keys_hold_up_to_hostile_values(files):
+    """Every key a language model reads or refuses, with hostile values in a language model's
+    config: loaded, or refused in one line naming the key."""
+    rng = random.Random(SEED)
+    base = {"model_dir": str(files / "lm"), "model": dict(LM_MODEL),
+            "data": {"vocabulary": os.path.join(LM_FIXTURE, "vocab.txt")}}
+    failures = []
+    for key in LM_KEYS:
+        for value in hostile_values(_kind(key), rng, files) + ["x.txt", 1, True]:
+            user = copy.deepcopy(base)
+            set_key(user, key, value)
+            try:
+                config = build_config(user)
+                build.decoding_options(config.params, config.infer)
+            except Exception as error:  # noqa: BLE001 (the point: which kind it is)
+                try:
+                    check_config_error(error, key)
+                    assert "\n" not in str(error), str(error)[:300]
+                except AssertionError as problem:
+                    failures.append(f"{key}={value!r:.60}: {problem}")
+    assert not failures, "\n".join(failures[:40])
+
+
+@pytest.fixture(scope="module")
+def lm_project(files):
+    """The onmt_tf_lm fixture's model as run.py's config (its checkpoint in model_dir)."""
+    root = files / "lm_project"
+    root.mkdir()
+    for name in ("checkpoint", "ckpt-3000.index", "ckpt-3000.data-00000-of-00001"):
+        shutil.copyfile(os.path.join(LM_FIXTURE, name), root / name)
+    user = {"model_dir": str(root), "model": dict(LM_MODEL),
+            "data": {"vocabulary": os.path.join(LM_FIXTURE, "vocab.txt"),
+                     "train_features_file": os.path.join(LM_FIXTURE, "train.first200.tok.en")},
+            "params": {"maximum_decoding_length": 4},
+            # (the checkpoint's step: a train case reads its data, then stops, exit 2)
+            "train": {"max_step": 3000, "batch_size": 256, "batch_type": "tokens"}}
+    path = root / "config.yml"
+    path.write_text(yaml.safe_dump(user))
+    return {"config": str(path), "user": user, "root": root}
+
+
+def test_language_model_files_hold_up(lm_project, files, tmp_path, capsys):
+    """The language model's files (the text it trains on, its vocabulary, the prefixes it
+    continues, the lines it scores), each missing, a directory, a path under a file, invalid
+    UTF-8, empty, or with an empty line: exit 0, or 2 with one `error:` line naming the file or
+    its key; never a traceback."""
+    previous = signal.signal(signal.SIGALRM, _alarm)
+    hostile = ["/no/such/file", str(files), str(files / "a_file" / "under"),
+               str(files / "bad_utf8.txt"), str(files / "empty.txt")]
+    empty_line = tmp_path / "empty_line.txt"
+    empty_line.write_text("Install\n\nUser ID\n")
+    cases = []
+    for path in hostile + [str(empty_line)]:
+        for command in ("infer", "score"):
+            cases.append(([command, "--config", lm_project["config"], "--features_file", path],
+                          ("--features_file", path)))
+    for number, path in enumerate(hostile[:1] + hostile[3:]):  # (missing, invalid UTF-8, empty)
+        for key in ("train_features_file", "vocabulary"):
+            user = copy.deepcopy(lm_project["user"])
+            user["data"][key] = path
+            config = tmp_path / f"{key}.{number}.yml"
+            config.write_text(yaml.safe_dump(user))
+            argv = ["train", "--config", str(config)] if key == "train_features_file" else [
+                "infer", "--config", str(config), "--features_file", str(empty_line)]
+            cases.append((argv, (f"data.{key}", path)))
+    failures = []
+    try:
+        for argv, named in cases:
+            code, err = run_case(lambda: run.main(argv), capsys, tmp_path)
+            lines = [line for line in err.splitlines() if line.startswith("error:")]
+            if code not in (0, 2) or "Traceback" in err:
+                failures.append(f"{argv}: exit {code}: {err[-300:]}")
+            elif code == 2 and (len(lines) != 1 or not any(n in lines[0] for n in named)):
+                failures.append(f"{argv}: {lines}")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+        shutil.rmtree(lm_project["root"] / "checkpoints", ignore_errors=True)
+    assert not failures, "\n".join(failures[:20])

@@ -32,12 +32,27 @@ def _is_encoder_model(model):
     return hasattr(model, "features_inputter")
 
 
+def _is_language_model(model):
+    return hasattr(model, "examples_inputter")
+
+
 def _assign_onmt(prefix, model):
-    """OpenNMT-tf's weights of a Transformer, a tagger or a classifier into `model`."""
+    """OpenNMT-tf's weights of a Transformer, a tagger, a classifier or a LanguageModel into
+    `model`."""
     if _is_encoder_model(model):
         onmt_encoder_models.load_onmt_model(prefix, model)
+    elif _is_language_model(model):
+        onmt_encoder_models.load_onmt_language_model(prefix, model)
     else:
         onmt_names.assign_model(prefix, model)
+
+
+def _onmt_mapping(prefix, model):
+    if _is_encoder_model(model):
+        return onmt_encoder_models.model_mapping(model)
+    if _is_language_model(model):
+        return onmt_encoder_models.language_model_mapping(model)
+    return onmt_names.model_mapping(model, store.contents(prefix))
 
 
 def restore_weights(model, model_dir, checkpoint=None):
@@ -67,11 +82,11 @@ def restore_whole(checkpoint, prefix):
     model, optimizer = checkpoint.model, checkpoint.optimizer
     if is_onmt(prefix):
         _assign_onmt(prefix, model)
-        if _is_encoder_model(model):
+        if _is_encoder_model(model) or _is_language_model(model):
             onmt_encoder_models.assign_optimizer_state(prefix, model, optimizer)
-            return onmt_encoder_models.model_mapping(model)
-        onmt_names.assign_optimizer_state(prefix, model, optimizer)
-        return onmt_names.model_mapping(model, store.contents(prefix))
+        else:
+            onmt_names.assign_optimizer_state(prefix, model, optimizer)
+        return _onmt_mapping(prefix, model)
     checkpoint.restore(prefix)
     # (Keras variables give their dtype as a string, tf.Variables as a DType)
     return {name: variable for name, variable in checkpoint.variables.items()

@@ -92,7 +92,9 @@ def _training_files(data):
     """Source and target training files in one list (each key: one path or a list)."""
     from opennmt_lite.data.text import as_file_list
 
-    return as_file_list(data.train_features_file) + as_file_list(data.train_labels_file)
+    # (a language model's labels are its features: each file once)
+    files = as_file_list(data.train_features_file) + as_file_list(data.train_labels_file)
+    return list(dict.fromkeys(files))
 
 
 def _build_word_vocabularies(args, data):
@@ -110,8 +112,10 @@ def _build_word_vocabularies(args, data):
                               ("target", data.train_labels_file, data.target_vocabulary)):
         name = f"data.{side}_tokenization"
         tokenizer = build.tokenizer(getattr(data, f"{side}_tokenization"), name)
+        if sides and (files, path) == sides[0][:2]:  # (a language model: one file, counted once)
+            continue
         sides.append((files, path, count_tokens(files, tokenizer=tokenizer)))
-    if data.source_vocabulary == data.target_vocabulary:  # one shared vocabulary: both sides
+    if len(sides) == 2 and data.source_vocabulary == data.target_vocabulary:  # (both sides)
         counts = collections.Counter()
         for _, _, side_counts in sides:
             counts.update(side_counts)  # (first-seen order kept: source tokens first)

@@ -40,6 +40,8 @@ def run(args, config):
     if args.format != "ctranslate2" and (args.quantization or args.force):
         raise ArgumentError("--quantization and --force apply to --format ctranslate2 only "
                             "(TFLite: --format tflite_float16 or tflite_dynamic_range)")
+    if config.model.is_language_model:
+        return _export_language_model(args, config)
     if args.format in TFLITE_FORMATS:  # (refuses decoding_noise, before any warning about it)
         return _export_tflite(args, config)
     if config.params.decoding_noise:  # (OpenNMT-tf's SavedModel adds it in the graph)
@@ -56,6 +58,36 @@ def run(args, config):
             export_model(model, assets, options, config.data, staging,
                          maximum_source_length=config.infer.maximum_features_length)
     logger.info("moved the SavedModel into %s", args.output)  # (the log above names the staging)
+    return args.output
+
+
+def _export_language_model(args, config):
+    """A language model's SavedModel or CTranslate2 Generator (opennmt_lite/export/
+    language_model.py); TFLite is the Transformer's."""
+    import tensorflow as tf
+
+    from opennmt_lite import build
+    from opennmt_lite.export import language_model
+    from opennmt_lite.outputs import check_directory, staged_directory, writing
+
+    if args.format in TFLITE_FORMATS:
+        raise ArgumentError(f"--format {args.format}: a language model exports to saved_model or "
+                            "ctranslate2")
+    options = build.decoding_options(config.params, config.infer, seed=config.train.seed)
+    if args.format == "ctranslate2":
+        from opennmt_lite.export import ctranslate2
+
+        ctranslate2.check_destination(args.output, args.force)
+        check_directory(args.output, "--output", force=True)
+        model, assets, _ = build.inference_model(config, args.checkpoint)
+        with writing(f"--output {args.output}"):
+            return language_model.export_ctranslate2(model, assets, options, config.data,
+                                                     args.output, args.quantization, args.force)
+    check_directory(args.output, "--output", force_option=None)
+    model, assets, _ = build.inference_model(config, args.checkpoint)
+    with staged_directory(args.output, "--output") as staging:
+        with writing(f"--output {args.output}", also=(tf.errors.OpError,)):
+            language_model.export_saved_model(model, assets, options, config.data, staging)
     return args.output
 
 

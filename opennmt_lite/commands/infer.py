@@ -6,7 +6,7 @@ from opennmt_lite.commands import add_checkpoint_argument, positive_int
 from opennmt_lite.config import integer_option
 from opennmt_lite.errors import ArgumentError
 
-HELP = "translate a file"
+HELP = "translate a file (a language model: continue each line)"
 logger = logging.getLogger("opennmt_lite")
 
 
@@ -36,7 +36,9 @@ def run(args, config):
         return _label(args, config)
     seed = config.train.seed if args.seed is None else args.seed
     options = build.decoding_options(config.params, config.infer, args.beam_width, args.n_best, seed)
-    if args.ctranslate2:
+    if config.model.is_language_model:
+        results = _continue(args, config, options)
+    elif args.ctranslate2:
         results = _translate_ctranslate2(args, config, options)
     else:
         model, assets, _ = build.inference_model(config, args.checkpoint)
@@ -81,6 +83,25 @@ def _label(args, config):
         logger.info("wrote %d lines of %s to %s", len(results), build.label_kind(config.model),
                     args.predictions_file)
     return results
+def _continue(args, config, options):
+    """A language model's continuation of each line of --features_file."""
+    from opennmt_lite import build
+    from opennmt_lite.inference.continuation import continue_file
+
+    if args.ctranslate2:
+        from opennmt_lite.inference.ctranslate2_generator import continue_file_ctranslate2
+
+        if args.checkpoint:
+            raise ArgumentError("--checkpoint and --ctranslate2 exclude each other (the "
+                                "CTranslate2 model holds its own weights)")
+        assets = build.assets(config.data)
+        data = build.prefix_input(args.features_file, config.infer, assets, config.data)
+        return continue_file_ctranslate2(args.ctranslate2, assets, data, options,
+                                         start=config.data.target_sequence_controls.start)
+    model, assets, _ = build.inference_model(config, args.checkpoint)
+    data = build.prefix_input(args.features_file, config.infer, assets, config.data)
+    return continue_file(model, assets, data, options,
+                         start=config.data.target_sequence_controls.start)
 
 
 def _translate_ctranslate2(args, config, options):

@@ -9,7 +9,8 @@ import numpy as np
 from opennmt_lite.commands import add_checkpoint_argument
 from opennmt_lite.errors import ArgumentError
 
-HELP = "show every intermediate tensor of the encoder on one sentence or a batch"
+HELP = ("show every intermediate tensor of the encoder (a language model: its decoder) on one "
+        "sentence or a batch")
 
 
 def add_arguments(parser):
@@ -102,6 +103,8 @@ def run(args, config, out=print):
         check_file(args.html, "--html")
     if args.target is not None and not args.html:
         raise ArgumentError("--target is shown in the HTML page only: add --html FILE")
+    if config.model.is_language_model:
+        return _run_language_model(args, config, out, time.perf_counter())
     start = time.perf_counter()
     # The input is checked before the model is built: a mistake there fails at once.
     sources = sources_of(args, build.assets(config.data, config.model),
@@ -146,6 +149,55 @@ def _predictions(model, assets, source_ids, source_length):
         tags = np.asarray(model.predict_tags(source_ids, source_length))
         return [" ".join(labels[t] for t in row[:n]) for row, n in zip(tags, source_length)]
     return [labels[i] for i in np.asarray(model.predict_labels(source_ids, source_length))]
+def _run_language_model(args, config, out, start):
+    """inspect of a language model: its decoder on the prefixes (with `<s>` first when
+    data.sequence_controls has start: true), then its next-token logits."""
+    import keras
+
+    from opennmt_lite import build
+    from opennmt_lite.data import Controls
+    from opennmt_lite.inspection import html, steps
+    from opennmt_lite.inspection.text import save_attention_maps, summarize, trace_language_model
+    from opennmt_lite.outputs import writing
+
+    if args.target is not None:
+        raise ArgumentError("--target: a language model has no source to align a target to")
+    controls = Controls(config.data.target_sequence_controls.start, False)
+    sources = sources_of(args, build.assets(config.data), config.infer.maximum_features_length,
+                         controls)
+    keras.utils.set_random_seed(config.train.seed)
+    model, assets, path = build.inference_model(config, args.checkpoint, required=False)
+    weights = path or (f"randomly initialized (no checkpoint in {config.model_dir}; seed "
+                       f"train.seed {config.train.seed})")
+    out(f"weights: {weights}")
+    for number, (tokens, ids) in enumerate(sources):
+        prefix = f"[{number}] " if len(sources) > 1 else ""
+        out(f"{prefix}tokens: {' '.join(tokens)}")
+        out(f"{prefix}ids:    {' '.join(str(i) for i in ids)}")
+    ids, length = padded(sources)
+    tensors = trace_language_model(model, ids, length)
+    for name, value in tensors.items():
+        out(summarize(name, value, args.values))
+    if args.attention_png:
+        with writing(f"--attention_png {args.attention_png}"):
+            for saved in save_attention_maps(tensors, sources[0][0], args.attention_png):
+                out(f"saved {saved}")
+    if args.html:
+        walk = steps.walk(tensors, model.hyperparameters, scope="decoder",
+                          learned_positions=model.maximum_position is not None)
+        hyper = dict(vocabulary_size=model.vocabulary_size,
+                     maximum_position=model.maximum_position,
+                     gelu_approximation=model.gelu_approximation,
+                     **model.hyperparameters.to_dict())
+        about = {"title": f"Language model walk-through: "
+                          f"{' | '.join(' '.join(t) for t, _ in sources)}"[:200],
+                 "weights": weights, "model": hyper, "target_origin": None,
+                 "generated": f"opennmt-lite run.py inspect, config {', '.join(args.config)}, "
+                              f"{time.strftime('%Y-%m-%d %H:%M:%S')}"}
+        with writing(f"--html {args.html}"):
+            size = html.write_page(args.html, walk, sources, None, about)
+        out(f"saved {args.html} ({size / 1e6:.2f} MB, {time.perf_counter() - start:.1f} s)")
+    return tensors
 
 
 def write_html(args, config, model, assets, weights, sources, tensors):

@@ -6,6 +6,7 @@ import logging
 from opennmt_lite.commands import add_checkpoint_argument
 from opennmt_lite.config import ConfigError
 from opennmt_lite.data import DataError
+from opennmt_lite.errors import ArgumentError
 
 HELP = ("score existing translations (OpenNMT-tf's score: 'NLL ||| tokens' per line, then the "
         "token-level scores and the alignment with score.with_token_level / with_alignments)")
@@ -14,10 +15,12 @@ logger = logging.getLogger("opennmt_lite")
 
 def add_arguments(parser):
     add_checkpoint_argument(parser)
-    parser.add_argument("--features_file", required=True, help="source lines")
-    parser.add_argument("--predictions_file", required=True,
+    parser.add_argument("--features_file", required=True, help="source lines (a language "
+                        "model: the lines it scores)")
+    parser.add_argument("--predictions_file",
                         help="target lines to score, one per source line (n-best lists: give "
-                        "each source line once per hypothesis)")
+                        "each source line once per hypothesis); required but for a language "
+                        "model, which scores --features_file alone, as OpenNMT-tf's")
     parser.add_argument("--output_file", help="default: standard output")
 
 
@@ -32,16 +35,24 @@ def run(args, config):
         raise ConfigError(f"score: model.type {config.model.type} has no score (neither has "
                           f"OpenNMT-tf's SequenceTagger nor SequenceClassifier): use infer, or "
                           f"evaluate on its predictions")
+    if config.model.is_language_model:
+        if args.predictions_file:
+            raise ArgumentError("--predictions_file: a language model scores the lines of "
+                                "--features_file alone (as OpenNMT-tf's); remove it")
+    elif not args.predictions_file:
+        raise ArgumentError("--predictions_file is required: the translations to score")
     if args.output_file:
         check_file(args.output_file, "--output_file")
+    # (a language model's lines are the decoder's target, as its inputs read them)
+    targets_file = args.predictions_file or args.features_file
     sources = read_lines(args.features_file, kind="--features_file")
-    targets = read_lines(args.predictions_file, kind="--predictions_file")
+    targets = read_lines(targets_file, kind="--predictions_file")
     if len(sources) != len(targets):
         raise DataError(f"--features_file {args.features_file} has {len(sources)} lines but "
                         f"--predictions_file {args.predictions_file} has {len(targets)}: they "
                         "must align line by line")
     model, assets, prefix = build.inference_model(config, args.checkpoint)
-    data = build.scoring_input(args.features_file, args.predictions_file, config.score, assets,
+    data = build.scoring_input(args.features_file, targets_file, config.score, assets,
                                 config.data)
     options = config.score
     details = bool(options.with_token_level or options.with_alignments)

@@ -473,6 +473,7 @@ class InferenceInput:
     def __init__(self, features_file, *, source_vocabulary, batch_size, source_tokenizer=None,
                  batch_type="examples", length_bucket_width=None, pad_to_multiple=1,
                  maximum_features_length=None, source_controls=SOURCE_CONTROLS):
+        self.features_file = features_file
         self.corpus = load_monolingual_corpus(
             features_file, source_vocabulary=source_vocabulary, source_tokenizer=source_tokenizer,
             source_controls=source_controls)

@@ -38,6 +38,8 @@ def score_function(model, details=False):
         scores = tf.reduce_sum(cross_entropy * mask, axis=1)
         if not details:
             return scores
+        if attention is None:  # (a language model: no source, an empty alignment)
+            attention = tf.zeros([tf.shape(scores)[0], tf.shape(cross_entropy)[1], 0])
         return scores, cross_entropy, tf.cast(attention, tf.float32)
 
     return tf.function(nll, input_signature=[batch_signature()])

@@ -103,9 +103,9 @@ def _layer_steps(hyper):
     }
 
 
-def _input_steps(hyper):
+def _input_steps(hyper, scope="encoder", learned_positions=False):
     units = hyper.num_units
-    return {
+    steps = {
         "source_embedded": ("Embedding lookup", "E[b, t, :] = embedding[ids[b, t], :]",
                             ("batch", "time", "depth")),
         "encoder/scaled_inputs": ("Scaling by √num_units", f"x = E · √{units} = E · {np.sqrt(units):.6g}",
@@ -116,31 +116,53 @@ def _input_steps(hyper):
             ("batch", "time", "depth")),
         "encoder/mask": ("Sequence mask", "m[b, t] = 1 if t < length[b] else 0", ("batch", "time")),
     }
+    if scope == "encoder":
+        return steps
+    # a language model's decoder (opennmt_lite/models/language_model.py)
+    learned = ("Learned position embedding",
+               "x[b, t, :] = x[b, t, :] + position_embedding[min(t + 1, maximum_position), :]",
+               ("batch", "time", "depth"))
+    return {
+        "embedded": steps["source_embedded"],
+        "decoder/scaled_inputs": steps["encoder/scaled_inputs"],
+        "decoder/position_encoded_inputs": (
+            learned if learned_positions
+            else steps["encoder/position_encoded_inputs"]),
+        "decoder/mask": ("Causal mask over the real positions",
+                         "m[b, i, j] = 1 if j ≤ i and j < length[b] else 0",
+                         ("batch", "query", "key")),
+    }
 
 
 def _note(name, group, title, equation):
     return Step(name, group, title, equation, kind="note")
 
 
-def walk(tensors, hyper):
-    """The steps of one encoder recording, in computation order (see the module docstring)."""
-    inputs, layer_steps = _input_steps(hyper), _layer_steps(hyper)
+def walk(tensors, hyper, scope="encoder", learned_positions=False):
+    """The steps of one encoder recording, in computation order (see the module docstring);
+    `scope` "decoder": a language model's recording (`trace_language_model`: the causal mask,
+    the final layer norm and the output logits; `learned_positions`: its position table)."""
+    inputs, layer_steps = _input_steps(hyper, scope, learned_positions), _layer_steps(hyper)
     steps = []
-    mask = tensors.get("encoder/mask")
+    mask = tensors.get(f"{scope}/mask")
     for name, value in tensors.items():
-        match = re.fullmatch(r"encoder/layers/(\d+)/(.+)", name)
+        match = re.fullmatch(scope + r"/layers/(\d+)/(.+)", name)
         if match:
             group, tail = f"layer {match.group(1)}", match.group(2)
             title, equation, axes, display, kind = layer_steps.get(tail, (tail, "", (), None, "tensor"))
         elif name in inputs:
             group, (title, equation, axes), display, kind = "input", inputs[name], None, "tensor"
-        elif name == "encoder/output":
+        elif name == "decoder/logits":
+            group, axes, display, kind = "output", ("batch", "time", "vocabulary"), None, "tensor"
+            title, equation = ("Output layer: next-token logits",
+                               "z = y · embeddingᵀ + b   (the embedding, reused)")
+        elif name == f"{scope}/output":
             group, axes, display, kind = "output", ("batch", "time", "depth"), None, "tensor"
             title, equation = (("Final layer norm", "y = γ · (x − mean(x)) / √(var(x) + 0.001) + β")
                                if hyper.pre_norm else ("Encoder output", "y = x (post-norm: already normalized)"))
         else:
             group, title, equation, axes, display, kind = "other", name, "", (), None, "tensor"
-        if name == "encoder/mask":  # the inputs' dropout comes before the mask in the encoder
+        if name == f"{scope}/mask":  # the inputs' dropout comes before the mask in the encoder
             steps.append(_note("encoder/dropout", "input", "Dropout",
                                f"x = dropout(x)   (rate {hyper.dropout}): the identity at inference"))
         if len(axes) != np.ndim(value):
@@ -156,7 +178,9 @@ def walk(tensors, hyper):
 
 def masked_logits(name, group, logits, mask):
     """The logits as the softmax receives them: padded keys set to float32.min."""
-    m = np.asarray(mask, np.float32)[:, np.newaxis, np.newaxis, :]
+    m = np.asarray(mask, np.float32)
+    # ([batch, key], or a language model's [batch, query, key])
+    m = m[:, np.newaxis, np.newaxis, :] if m.ndim == 2 else m[:, np.newaxis, :, :]
     value = np.asarray(logits, np.float32) * m + (1.0 - m) * np.float32(FLOAT32_MIN)
     return Step(name.replace("/logits", "/masked_logits"), group, "Mask applied to the logits",
                 "S'[b, h, i, j] = S[b, h, i, j] · m[b, j] + (1 − m[b, j]) · float32.min   "

@@ -32,6 +32,15 @@ def trace_encoder(model, source_ids, source_length):
     return tensors.numpy()
 
 
+def trace_language_model(model, ids, length):
+    """Every intermediate tensor of a LanguageModel's forward pass on prefixes ids [batch, time]
+    (embedded, decoder/scaled_inputs, decoder/position_encoded_inputs, decoder/mask [batch,
+    query, key], decoder/layers/<i>/..., decoder/output, decoder/logits), eagerly."""
+    with recording() as tensors:
+        model(np.asarray(ids, np.int32), np.asarray(length, np.int32), training=False)
+    return tensors.numpy()
+
+
 def summarize(name, value, show_values=False):
     value = np.asarray(value)
     line = f"{name:<52} {str(list(value.shape)):<18} {value.dtype.name:<8}"

@@ -23,6 +23,7 @@ from opennmt_lite.layers.common import Dense
 from opennmt_lite.layers.transformer import FeedForwardNetwork, _TransformerLayer
 from opennmt_lite.models.inputters import WordEmbedder
 from opennmt_lite.models.stack import TransformerStack
+from opennmt_lite.recorder import record, recording_scope
 
 END_ID = 2  # `</s>`, line 3 of an OpenNMT-tf vocabulary
 
@@ -83,10 +84,13 @@ class LanguageModelLayer(_TransformerLayer):
     def call(self, inputs, attention_mask=None, positions=None, training=None, cache=None):
         """With `cache` ((keys, values) [batch, heads, time_cached, depth / heads] of the earlier
         positions): -> (outputs, the cache extended by these positions)."""
-        outputs, new_cache = self.self_attention(inputs, attention_mask=attention_mask,
-                                                 positions=positions, training=training,
-                                                 cache=cache)
-        outputs = self.ffn(outputs, training=training)
+        with recording_scope("self_attention"):
+            outputs, new_cache = self.self_attention(inputs, attention_mask=attention_mask,
+                                                     positions=positions, training=training,
+                                                     cache=cache)
+        with recording_scope("ffn"):
+            outputs = self.ffn(outputs, training=training)
+        record("output", outputs)
         return outputs if cache is None else (outputs, new_cache)
 
 
@@ -124,11 +128,16 @@ class LanguageModelDecoder(TransformerStack):
         keys = ops.cast(positions[None, :] < ops.cast(sequence_length, "int32")[:, None],
                         "float32")
         mask = causal[None, :, :] * keys[:, None, :]
-        for layer in self.layers:
-            x = layer(x, attention_mask=mask, positions=positions, training=training)
+        record("mask", mask)
+        for index, layer in enumerate(self.layers):
+            with recording_scope(f"layers/{index}"):
+                x = layer(x, attention_mask=mask, positions=positions, training=training)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
-        return self.output_layer(x)
+        record("output", x)
+        logits = self.output_layer(x)
+        record("logits", logits)
+        return logits
 
     def empty_cache(self, batch):
         """Per layer, (keys, values) of no position: [batch, heads, 0, depth / heads]."""
@@ -183,9 +192,17 @@ class LanguageModel(keras.Model):
         self.decoder.build((None, None, self.hyperparameters.num_units))
         self.built = True
 
-    def call(self, ids, length, training=None):
+    def call(self, ids, length=None, training=None):
+        """ids [batch, time] and length [batch] -> logits; or a Transformer batch (a dict: the
+        training, evaluation and scoring inputs, data/pipeline.py) -> (logits of its
+        `target_ids_in` over `target_length`, None: no attention), as the Transformer's call,
+        so that the train step, evaluation and `score` run a language model unchanged."""
+        if isinstance(ids, dict):
+            return self.call(ids["target_ids_in"], ids["target_length"], training=training), None
         embedded = self.examples_inputter(ids, training=training)
-        return self.decoder(embedded, length, training=training)
+        record("embedded", embedded)
+        with recording_scope("decoder"):
+            return self.decoder(embedded, length, training=training)
 
     def score(self, ids, length):
         """Sum over each line of -log p(next token), the last one `</s>` ([batch] float32):

@@ -73,10 +73,10 @@ REFUSED = {
                                          "with compute_type int8_float16",
 }
 for _name in CATALOG:
-    if not _name.startswith(("Transformer", "ScalingNmt")):
+    if not _name.startswith(("Transformer", "ScalingNmt", "GPT2Small")):
         REFUSED[f"--model_type {_name}"] = (
-            "opennmt-lite implements the Transformer models of the catalog only (Transformer*, "
-            "ScalingNmtEnDe, ScalingNmtEnFr)")
+            "opennmt-lite implements the catalog's Transformer models (Transformer*, "
+            "ScalingNmtEnDe, ScalingNmtEnFr) and its language model GPT2Small only")
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -206,8 +206,6 @@ def refusal(args):
     features = getattr(args, "features_file", None)
     if isinstance(features, list) and len(features) > 1:
         return ArgumentError("--features_file: one file (multi-source models are not implemented)")
-    if args.run_type == "score" and not args.predictions_file:
-        return ArgumentError("score: --predictions_file is required (the translations to score)")
     return None
 
 
@@ -522,6 +520,10 @@ def _export(args, config):
 
 def _score(args, config):
     from opennmt_lite.commands import score
+    from opennmt_lite.errors import ArgumentError
+
+    if not args.predictions_file and not config.model.is_language_model:
+        raise ArgumentError("score: --predictions_file is required (the translations to score)")
 
     return score.run(argparse.Namespace(
         checkpoint=checkpoint_argument(args.checkpoint_path), features_file=args.features_file[0],
