@@ -251,6 +251,10 @@ def test_empty_prefix_and_score_predictions_are_refused(config, work, capsys):
                      "--predictions_file", str(work / "eval.tok.en")])
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "--predictions_file: a language model scores" in error[-1]
+    code = cli.main(["update_vocab", "--config", config, "--tgt_vocab", str(work / "vocab.txt"),
+                     "--output_dir", str(work / "updated")])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "update_vocab: not implemented for a language model" in error[-1]
 
 
 def test_inspect_walks_through_the_decoder(config, work):

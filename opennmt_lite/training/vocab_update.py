@@ -55,6 +55,11 @@ def update_vocab(config, output_dir, source_vocabulary, target_vocabulary, build
     `build_checkpoint(config, save_dir=None)` builds the training checkpoint of a config (see
     build.training_checkpoint); it is called once the checkpoint and the vocabularies are read,
     for the old vocabularies and the new."""
+    if config.model.is_language_model:
+        from opennmt_lite.config import ConfigError
+
+        raise ConfigError("update_vocab: not implemented for a language model (model.type: "
+                          "language_model); it maps a Transformer's source and target rows")
     check_output_dir(output_dir, config.model_dir, "--output_dir")
     prefix = store.latest(config.model_dir)
     if prefix is None:
