@@ -26,8 +26,11 @@ import yaml
 
 from opennmt_lite.errors import UserError
 from opennmt_lite.hyperparameters import (
-    ARCHITECTURE, FFN_ACTIVATIONS, POSITION_ENCODINGS, PRESETS, SHARE_EMBEDDINGS, SHARE_EMBEDDINGS_AUTO,
-    ModelHyperparameters)
+    ARCHITECTURE, FFN_ACTIVATIONS, LANGUAGE_MODEL_PRESETS, POSITION_ENCODINGS, PRESETS,
+    SHARE_EMBEDDINGS, SHARE_EMBEDDINGS_AUTO, ModelHyperparameters)
+
+# model.preset's values: the catalog's Transformers and its language model.
+ALL_PRESETS = {**PRESETS, **LANGUAGE_MODEL_PRESETS}
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -199,7 +202,7 @@ class ModelConfig:
     carrier's (opennmt_lite.hyperparameters): a key left unset (or null) takes the preset's
     value, else the carrier's default, except the ARCHITECTURE sizes, which must be set."""
 
-    preset: str = key("str", None, choices=tuple(PRESETS))
+    preset: str = key("str", None, choices=tuple(ALL_PRESETS))
     # What the layers make (null: the preset's, else transformer): see MODEL_TYPES.
     type: str = key("str", None, choices=MODEL_TYPES)
     # A sequence tagger's CRF (OpenNMT-tf's SequenceTagger(crf_decoding=...)): the loss is the
@@ -617,7 +620,7 @@ def model_type(model):
     """The type of a (user's, unchecked) model section: its `type`, else its preset's, else
     transformer."""
     model = model if isinstance(model, dict) else {}
-    preset = PRESETS.get(model.get("preset")) or {}
+    preset = ALL_PRESETS.get(model.get("preset")) or {}
     return model.get("type") or preset.get("type") or "transformer"
 
 
@@ -836,14 +839,14 @@ def _resolve_path(path, model_dir):
 
 def _finalize_model(model, source):
     preset = model.get("preset")
-    for name, value in (PRESETS[preset] if preset else {}).items():
+    for name, value in (ALL_PRESETS[preset] if preset else {}).items():
         if model.get(name) is None:
             model[name] = value
     missing = [k for k in ARCHITECTURE if model.get(k) is None]
     if missing:
         raise ConfigError(
             f"{source}: model.{missing[0]} is not set (set it, or choose a model.preset among "
-            f"{', '.join(PRESETS)})"
+            f"{', '.join(ALL_PRESETS)})"
         )
     for name, value in MODEL_DEFAULTS.items():
         if model.get(name) is None:

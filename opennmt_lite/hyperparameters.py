@@ -130,9 +130,11 @@ PRESETS = {
     "ScalingNmtEnDe": _SCALING,
     "ScalingNmtEnFr": dict(_SCALING, dropout=0.1, attention_dropout=0.0),
     "TransformerTiny": dict(_BASE, num_layers=2, num_units=64, num_heads=2, ffn_inner_dim=64),
-    # OpenNMT-tf's LanguageModel of the catalog: a decoder without source, learned positions,
-    # the tanh gelu (its `type` and these two keys are the config's model section's, not
-    # hyper-parameters: see config.NOT_HYPERPARAMETERS).
+}
+# OpenNMT-tf's LanguageModel of the catalog: a decoder without source, learned positions, the
+# tanh gelu (its `type` and these two keys are the config's model section's, not
+# hyper-parameters: see config.NOT_HYPERPARAMETERS). Apart from PRESETS, the Transformers.
+LANGUAGE_MODEL_PRESETS = {
     "GPT2Small": dict(_BASE, num_layers=12, num_units=768, num_heads=12, ffn_inner_dim=3072,
                       ffn_activation="gelu", type="language_model", maximum_position=1024,
                       gelu_approximation=True),

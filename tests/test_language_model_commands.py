@@ -251,6 +251,10 @@ def test_empty_prefix_and_score_predictions_are_refused(config, work, capsys):
                      "--predictions_file", str(work / "eval.tok.en")])
     error = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and "--predictions_file: a language model scores" in error[-1]
+    code = cli.main(["update_vocab", "--config", config, "--tgt_vocab", str(work / "vocab.txt"),
+                     "--output_dir", str(work / "updated")])
+    error = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "update_vocab: not implemented for a language model" in error[-1]
 
 
 def test_inspect_walks_through_the_decoder(config, work):
@@ -275,3 +279,30 @@ def test_inspect_walks_through_the_decoder(config, work):
     page = (work / "lm.html").read_text(encoding="utf-8")
     assert "Causal mask" in page and "Learned position embedding" in page
     assert "next-token logits" in page
+
+
+def test_start_control_reads_and_predicts_as_opennmt_tf(tmp_path):
+    """data.sequence_controls {start: true}: a training line is read as `<s>` + tokens and
+    predicted as tokens + `</s>` (OpenNMT-tf's decoder mode); a prefix is continued from `<s>` +
+    its tokens, and an empty prefix is then a valid start."""
+    from opennmt_lite import build
+    from opennmt_lite.config import build_config
+
+    text = tmp_path / "text.txt"
+    text.write_text("User ID\n\nInstall older version\n")
+    user = {"model_dir": str(tmp_path), "model": MODEL,
+            "data": {"vocabulary": os.path.join(FIXTURE, "vocab.txt"),
+                     "eval_features_file": str(text), "sequence_controls": {"start": True}}}
+    config = build_config(user)
+    assets = build.assets(config.data)
+    batch = next(build.evaluation_input(config.data, config.eval, assets).numpy_batches())
+    row = list(batch["index"]).index(0)
+    user_id = list(assets.target_vocabulary.lookup(["User", "ID"]))
+    assert batch["target_ids_in"][row, :3].tolist() == [1] + user_id
+    assert batch["target_ids_out"][row, :3].tolist() == user_id + [2]
+    assert batch["target_length"][row] == 3
+    prefixes = build.prefix_input(str(text), config.infer, assets, config.data)
+    lengths = {}
+    for prefix_batch in prefixes.numpy_batches():
+        lengths.update(zip(prefix_batch["index"].tolist(), prefix_batch["source_length"].tolist()))
+    assert lengths == {0: 3, 1: 1, 2: 4}  # (`<s>` counted; no `</s>`)

@@ -9,6 +9,8 @@ sampling_topk / sampling_temperature (seeded), length_penalty 0 unless params.le
 (the scores are then the sums of log-probabilities, `</s>`'s included).
 """
 
+import os
+
 from opennmt_lite.errors import MissingFileError
 
 
@@ -25,7 +27,7 @@ def generate_options(options):
 def load_generator(path):
     import ctranslate2
 
-    if not __import__("os").path.isfile(f"{path}/model.bin"):
+    if not os.path.isfile(os.path.join(path, "model.bin")):
         raise MissingFileError(f"--ctranslate2 {path}: no CTranslate2 model there (run.py export "
                                "--format ctranslate2)")
     return ctranslate2.Generator(path, device="cpu")
@@ -41,7 +43,7 @@ def continue_file_ctranslate2(path, assets, inference_input, options, start=Fals
     if options.sampling_topk != 1:
         ctranslate2.set_random_seed(options.seed)
     vocabulary = assets.target_vocabulary
-    unknown = vocabulary_unknown(generator, vocabulary)
+    unknown = unknown_token(vocabulary)
     results = [None] * len(inference_input.corpus)
     for batch in inference_input.numpy_batches():
         empty = batch["index"][batch["source_length"] == 0]
@@ -69,13 +71,11 @@ def continue_file_ctranslate2(path, assets, inference_input, options, start=Fals
     return results
 
 
-def vocabulary_unknown(generator, vocabulary):
-    """The token the exported model uses for unknown words (export/ctranslate2's `<unk>` or its
-    stand-in): the entry after the vocabulary's lines."""
-    del generator
+def unknown_token(vocabulary):
+    """The token the exported model has for unknown words: `<unk>`, or its stand-in when the
+    vocabulary holds `<unk>` as a line (export/ctranslate2.py's `_unknown_token`)."""
     taken = set(vocabulary.tokens)
     name = "<unk>"
     while name in taken:
         name = name[:-1] + "_oov>"
     return name
-

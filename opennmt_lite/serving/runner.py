@@ -35,6 +35,12 @@ def load_models(config):
             if entry["config"] not in loaded:
                 loaded[entry["config"]] = load_config([entry["config"]])
             entry_config = loaded[entry["config"]]
+        if entry_config.model.is_language_model:
+            from opennmt_lite.config import ConfigError
+
+            raise ConfigError(f"serve: model {entry['id']} is a language model "
+                              "(model.type: language_model): run.py serve translates; serve its "
+                              "SavedModel or CTranslate2 export (run.py export) instead")
         logger.info("loading model %d (%s)", entry["id"], entry["backend"])
         model = models[entry["id"]] = load_model(entry, entry_config, config.serve.batch_workers)
         # One translation now (the checkpoint's decoding function is traced on its first call,

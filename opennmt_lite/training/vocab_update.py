@@ -60,6 +60,11 @@ def update_vocab(config, output_dir, source_vocabulary, target_vocabulary, build
 
         raise ConfigError(f"update_vocab: not implemented for model.type {config.model.type} "
                           f"(its rows are mapped for the Transformer's vocabularies only)")
+    if config.model.is_language_model:
+        from opennmt_lite.config import ConfigError
+
+        raise ConfigError("update_vocab: not implemented for a language model (model.type: "
+                          "language_model); it maps a Transformer's source and target rows")
     check_output_dir(output_dir, config.model_dir, "--output_dir")
     prefix = store.latest(config.model_dir)
     if prefix is None:
