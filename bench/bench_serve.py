@@ -82,6 +82,50 @@ def sample_model():
     return config_path
 
 
+def base_model():
+    """The config of OpenNMT-tf's TransformerBase (configs/transformer_base.yml: 6 layers of 512
+    units, 8 heads, feed-forward 2048, SentencePiece 8000) under CACHE/base, its weights those of
+    one training step (as initialized: NoamDecay's first step moves them by ~1e-7); made once.
+    Untrained weights never choose </s> as a trained model does: decoding is forced to exactly
+    BASE_LENGTH pieces (params.minimum_decoding_length = maximum_decoding_length), the mean length
+    of data/test.de's reference translations in the model's own target pieces."""
+    import yaml
+
+    directory = os.path.join(CACHE, "base")
+    config_path = os.path.join(directory, "config.yml")
+    with open(os.path.join(ROOT, "configs", "transformer_base.yml")) as f:
+        text = f.read().replace("runs/transformer_base", os.path.relpath(directory, ROOT))
+    config = yaml.safe_load(text)
+    # One small step, no gradient accumulation: what is measured is decoding, not training.
+    config["train"].update(max_step=1, save_checkpoints_steps=1, batch_type="tokens", batch_size=1024,
+                           effective_batch_size=1024)
+    config["train"]["average_last_checkpoints"] = 0
+    for key in ("eval_features_file", "eval_labels_file"):  # (no evaluation: 9 minutes of decoding)
+        config["data"].pop(key)
+    config.setdefault("params", {}).update(beam_width=4)
+    os.makedirs(directory, exist_ok=True)
+    if not os.path.isfile(os.path.join(directory, "checkpoints", "ckpt-1.index")):
+        with open(config_path, "w") as f:
+            yaml.safe_dump(config, f, sort_keys=False)
+        subprocess.run([sys.executable, "run.py", "train", "--config", config_path], cwd=ROOT, check=True)
+    length = reference_length(config["data"]["target_tokenization"]["model"])
+    config["params"].update(maximum_decoding_length=length, minimum_decoding_length=length)
+    with open(config_path, "w") as f:
+        yaml.safe_dump(config, f, sort_keys=False)
+    print(f"base model: decoding forced to {length} target pieces (data/test.de's mean)")
+    return config_path
+
+
+def reference_length(sentencepiece_model):
+    """The mean number of pieces of data/test.de's lines under `sentencepiece_model`, rounded."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor(model_file=os.path.join(ROOT, sentencepiece_model))
+    with open(os.path.join(ROOT, "data", "test.de"), encoding="utf-8") as f:
+        lengths = [len(processor.encode(line.strip())) for line in f if line.strip()]
+    return round(statistics.mean(lengths))
+
+
 # -- the client --------------------------------------------------------------------------------
 
 class Client:
@@ -300,8 +344,12 @@ def sigterm(config, path, sentences, log_dir):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default=DEFAULT_CONFIG)
-    parser.add_argument("--sample-model", action="store_true",
+    models = parser.add_mutually_exclusive_group()
+    models.add_argument("--sample-model", action="store_true",
                         help="configs/sample.yml's model, trained briefly here once, not --config")
+    models.add_argument("--base-model", action="store_true",
+                        help="OpenNMT-tf's TransformerBase, untrained, decoding forced to "
+                             "data/test.de's mean length (made here once), not --config")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32, 128])
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--max-requests", type=int, default=5000)
@@ -313,6 +361,8 @@ def main():
     os.chdir(ROOT)
     if args.sample_model:
         args.config = sample_model()
+    elif args.base_model:
+        args.config = base_model()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     log_dir = os.path.join(ROOT, "runs", "bench_results", f"serve-{stamp}")
     os.makedirs(log_dir, exist_ok=True)
