@@ -2,7 +2,8 @@
 and 128 concurrent clients, batched across requests against one request at a time, for the
 CTranslate2 and SavedModel backends; then an overload run; then SIGTERM under load.
 
-    python bench/bench_serve.py [--config CONFIG | --sample-model] [--clients 1 8 32 128] [--seconds 10]
+    python bench/bench_serve.py [--config CONFIG | --sample-model | --base-model] [--clients 1 8 32 128]
+        [--seconds 10]
         [--max-requests 5000] [--backends ctranslate2 saved_model] [--overload-clients 512]
         [--output runs/bench_results/serve-<time>.json]
 
@@ -12,12 +13,17 @@ The model is CONFIG's newest checkpoint (default: tests/fixtures/ct2_models/post
 once into runs/bench_cache/serve/sample/ for SAMPLE_STEPS steps (warm-up shortened so that its
 translations end with </s> rather than run to the maximum length; ~15 minutes on 2 busy cores):
 a model whose decoding, not the HTTP path, is most of a request's cost.
+`--base-model`: OpenNMT-tf's TransformerBase (configs/transformer_base.yml: 6 layers of 512 units,
+SentencePiece 8000, beam 4), the size users deploy, made once into runs/bench_cache/serve/base/
+(~1 minute): its weights are untrained (one training step), so its decoding is forced to exactly
+data/test.de's mean length in target pieces (see `base_model`).
 Each client sends one-sentence requests (the lines of data/test.en in turn, each client from its
 own offset) one after another on a keep-alive connection, from an asyncio HTTP/1.1 client in this
 process. A level runs --seconds or --max-requests requests, whichever comes first, then waits for
 the answers still due (each bounded by a client timeout): it stops by itself.
 
-Two servers per backend, each started once and given every level in turn:
+Two servers per backend, both started once, measured one after the other at each level (so that
+each pair sees the same load on a shared machine):
 * batched: serve.max_batch_size 64, serve.batch_timeout_ms 0, serve.batch_workers: the default
   (every core for CTranslate2, 1 for TensorFlow);
 * one at a time: max_batch_size 1 (no batching across requests), the same batch_workers: the same
@@ -373,20 +379,26 @@ def main():
     report = {"config": args.config, "levels": {}, "load_average": os.getloadavg()}
     paths = {backend: export(args.config, backend) for backend in args.backends}
     for backend in args.backends:
-        for mode, settings in (("batched", BATCHED), ("one_at_a_time", ONE_AT_A_TIME)):
-            server = Server(args.config, backend, paths[backend], settings,
-                            os.path.join(log_dir, f"{backend}-{mode}.log"))
-            try:
-                asyncio.run(load(server.port, sentences, 4, 2, 200))  # (warm-up: traces, caches)
-                for clients in args.clients:
+        # Both servers loaded at once (the one waiting takes no CPU) and measured alternately at
+        # each level: on a shared machine the pair then sees the same load.
+        servers = {}
+        try:
+            for mode, settings in (("batched", BATCHED), ("one_at_a_time", ONE_AT_A_TIME)):
+                servers[mode] = Server(args.config, backend, paths[backend], settings,
+                                       os.path.join(log_dir, f"{backend}-{mode}.log"))
+                asyncio.run(load(servers[mode].port, sentences, 4, 2, 200))  # (warm-up: caches)
+            for clients in args.clients:
+                for mode, server in servers.items():
                     row = measure(server, sentences, clients, args.seconds, args.max_requests)
+                    row["load_average"] = os.getloadavg()[0]
                     report["levels"][f"{backend}/{mode}/{clients}"] = row
                     print(f"{backend:12} {mode:14} {clients:4} clients: {row['sentences_per_s']:8.1f} "
                           f"sent/s {row['target_tokens_per_s']:9.1f} tok/s  p50 {row['p50_ms']:7.1f} "
                           f"p95 {row['p95_ms']:7.1f} p99 {row['p99_ms']:7.1f} ms  batch "
-                          f"{row['mean_batch']:5.1f}  {row['statuses']} errors {row['errors']}",
-                          flush=True)
-            finally:
+                          f"{row['mean_batch']:5.1f}  {row['statuses']} errors {row['errors']}  "
+                          f"load {row['load_average']:.1f}", flush=True)
+        finally:
+            for server in servers.values():
                 server.stop()
         for clients in args.clients:
             batched = report["levels"].get(f"{backend}/batched/{clients}")
