@@ -5,7 +5,7 @@ CTranslate2 and SavedModel backends; then an overload run; then SIGTERM under lo
     python bench/bench_serve.py [--config CONFIG | --sample-model | --base-model] [--clients 1 8 32 128]
         [--seconds 10]
         [--max-requests 5000] [--backends ctranslate2 saved_model] [--overload-clients 512]
-        [--output runs/bench_results/serve-<time>.json]
+        [--ct2-quantization int8|int8_float32|float32] [--output runs/bench_results/serve-<time>.json]
 
 The model is CONFIG's newest checkpoint (default: tests/fixtures/ct2_models/postnorm, 2 layers of
 64 units, SentencePiece, beam 4), exported once (`run.py export`) into runs/bench_cache/serve/.
@@ -216,15 +216,18 @@ def free_port():
         return sock.getsockname()[1]
 
 
-def export(config, backend):
-    """The export of `config`'s newest checkpoint for `backend` (cached)."""
+def export(config, backend, quantization=None):
+    """The export of `config`'s newest checkpoint for `backend` (cached); `quantization`: the
+    CTranslate2 weights' type (`run.py export --quantization`; None: float32)."""
     name = os.path.basename(os.path.dirname(os.path.abspath(config)))
-    directory = os.path.join(CACHE, f"{name}-{backend}")
+    fmt = "ctranslate2" if backend == "ctranslate2" else "saved_model"
+    quantization = quantization if fmt == "ctranslate2" else None
+    directory = os.path.join(CACHE, f"{name}-{backend}" + (f"-{quantization}" if quantization else ""))
     if not os.path.isdir(directory):
         os.makedirs(CACHE, exist_ok=True)
-        fmt = "ctranslate2" if backend == "ctranslate2" else "saved_model"
         subprocess.run([sys.executable, "run.py", "export", "--config", config, "--output", directory,
-                        "--format", fmt], cwd=ROOT, check=True)
+                        "--format", fmt] + (["--quantization", quantization] if quantization else []),
+                       cwd=ROOT, check=True)
     return directory
 
 
@@ -362,6 +365,9 @@ def main():
     parser.add_argument("--backends", nargs="+", default=["ctranslate2", "saved_model"],
                         choices=["ctranslate2", "saved_model"])
     parser.add_argument("--overload-clients", type=int, default=512)
+    parser.add_argument("--ct2-quantization", choices=["int8", "int8_float32", "float32"],
+                        help="the CTranslate2 export's weights (run.py export --quantization; "
+                             "default float32), the same for both servers")
     parser.add_argument("--output")
     args = parser.parse_args()
     os.chdir(ROOT)
@@ -376,8 +382,9 @@ def main():
         sentences = [line.rstrip("\n") for line in f if line.strip()]
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores "
           f"(a busy machine slows every figure)")
-    report = {"config": args.config, "levels": {}, "load_average": os.getloadavg()}
-    paths = {backend: export(args.config, backend) for backend in args.backends}
+    report = {"config": args.config, "ct2_quantization": args.ct2_quantization or "float32",
+              "levels": {}, "load_average": os.getloadavg()}
+    paths = {backend: export(args.config, backend, args.ct2_quantization) for backend in args.backends}
     for backend in args.backends:
         # Both servers loaded at once (the one waiting takes no CPU) and measured alternately at
         # each level: on a shared machine the pair then sees the same load.
