@@ -31,8 +31,10 @@ each pair sees the same load on a shared machine):
   server would have had twice the cores of this one on a 2-core machine).
 Per level: sentences/s, target tokens/s (the server's counter: the best hypotheses' pieces),
 p50/p95/p99 latency seen by the clients, and the mean batch size formed (the server's
-`batch_size` histogram, read from GET /metrics before and after). The ratio at 32 clients
-(batched / one at a time) is printed.
+`batch_size` histogram, read from GET /metrics before and after), the server process's CPU time
+per sentence answered (/proc; on a shared machine a truer guide than sentences/s to an idle CPU's
+figures) and the load average. The ratios batched / one at a time (sentences/s, and CPU per
+sentence) are printed per level.
 
 Overload: the batched CTranslate2 server with serve.queue_limit 64 and serve.request_timeout 2,
 --overload-clients clients for --seconds: every request must end in its translation (200) or a
@@ -276,6 +278,12 @@ class Server:
         with open(f"/proc/{self.process.pid}/status") as f:
             return int(re.search(r"VmHWM:\s+(\d+)", f.read()).group(1)) / 1024
 
+    def cpu_seconds(self):
+        """The server process's CPU time so far (user + system, every thread)."""
+        with open(f"/proc/{self.process.pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # (utime, stime)
+
     def stop(self):
         self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(300)
@@ -293,9 +301,9 @@ def total(counters, prefix):
 
 
 def measure(server, sentences, clients, seconds, max_requests):
-    before = server.counters()
+    before, cpu_before = server.counters(), server.cpu_seconds()
     result = asyncio.run(load(server.port, sentences, clients, seconds, max_requests))
-    after = server.counters()
+    after, cpu = server.counters(), server.cpu_seconds() - cpu_before
     delta = {name: total(after, name) - total(before, name) for name in (
         "opennmt_lite_serve_sentences_total", "opennmt_lite_serve_target_tokens_total",
         "opennmt_lite_serve_batch_size_sum", "opennmt_lite_serve_batch_size_count")}
@@ -310,6 +318,9 @@ def measure(server, sentences, clients, seconds, max_requests):
             "p99_ms": 1000 * percentile(result["latencies"], 99),
             "mean_batch": (delta["opennmt_lite_serve_batch_size_sum"]
                            / max(1, delta["opennmt_lite_serve_batch_size_count"])),
+            # (what the server's threads spent per answer: on a machine shared with other jobs,
+            # a truer guide than sentences/s to what an idle CPU would do)
+            "server_cpu_ms_per_sentence": 1000 * cpu / max(1, answered),
             "seconds": wall}
 
 
@@ -402,7 +413,8 @@ def main():
                     print(f"{backend:12} {mode:14} {clients:4} clients: {row['sentences_per_s']:8.1f} "
                           f"sent/s {row['target_tokens_per_s']:9.1f} tok/s  p50 {row['p50_ms']:7.1f} "
                           f"p95 {row['p95_ms']:7.1f} p99 {row['p99_ms']:7.1f} ms  batch "
-                          f"{row['mean_batch']:5.1f}  {row['statuses']} errors {row['errors']}  "
+                          f"{row['mean_batch']:5.1f}  server CPU {row['server_cpu_ms_per_sentence']:6.1f} "
+                          f"ms/sent  {row['statuses']} errors {row['errors']}  "
                           f"load {row['load_average']:.1f}", flush=True)
         finally:
             for server in servers.values():
@@ -413,7 +425,10 @@ def main():
             if batched and single and single["sentences_per_s"]:
                 ratio = batched["sentences_per_s"] / single["sentences_per_s"]
                 report["levels"][f"{backend}/ratio/{clients}"] = ratio
-                print(f"{backend}: {clients} clients, batched / one at a time: {ratio:.2f}x")
+                cpu_ratio = single["server_cpu_ms_per_sentence"] / batched["server_cpu_ms_per_sentence"]
+                report["levels"][f"{backend}/cpu_ratio/{clients}"] = cpu_ratio
+                print(f"{backend}: {clients} clients, batched / one at a time: {ratio:.2f}x "
+                      f"(server CPU per sentence: {cpu_ratio:.2f}x less)")
     if "ctranslate2" in paths:
         report["overload"] = overload(args.config, paths["ctranslate2"], sentences,
                                       args.overload_clients, args.seconds, log_dir)
