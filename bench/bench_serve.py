@@ -15,8 +15,8 @@ translations end with </s> rather than run to the maximum length; ~15 minutes on
 a model whose decoding, not the HTTP path, is most of a request's cost.
 `--base-model`: OpenNMT-tf's TransformerBase (configs/transformer_base.yml: 6 layers of 512 units,
 SentencePiece 8000, beam 4), the size users deploy, made once into runs/bench_cache/serve/base/
-(~2 minutes on 2 busy cores): its weights are untrained (one training step), so its decoding is forced to exactly
-data/test.de's mean length in target pieces (see `base_model`).
+(~2 minutes on 2 busy cores): its weights are untrained (one training step), so its decoding
+is forced to exactly data/test.de's mean length in target pieces (see `base_model`).
 Each client sends one-sentence requests (the lines of data/test.en in turn, each client from its
 own offset) one after another on a keep-alive connection, from an asyncio HTTP/1.1 client in this
 process. A level runs --seconds or --max-requests requests, whichever comes first, then waits for
