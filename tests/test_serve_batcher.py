@@ -35,6 +35,13 @@ class Metrics:
         pass
 
 
+async def settled(condition, timeout=10.0):
+    """Waits until `condition()` holds (a worker thread's start is slow on a loaded machine)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition() and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+
+
 def test_a_free_worker_waits_for_a_batch_as_large_as_the_one_in_flight():
     settings = types.SimpleNamespace(max_batch_size=64, max_batch_tokens=None, batch_timeout_ms=0,
                                      queue_limit=1000, batch_workers=2)
@@ -49,6 +56,7 @@ def test_a_free_worker_waits_for_a_batch_as_large_as_the_one_in_flight():
         jobs = [Job([source], options, None, loop) for _ in range(8)]
         for job in jobs:
             batcher.submit(job)
+        await settled(lambda: model.sizes)
         await asyncio.sleep(0.2)
         assert model.sizes == [8]  # (one batch of the 8 waiting)
         late = [Job([source], options, None, loop) for _ in range(7)]
@@ -58,7 +66,7 @@ def test_a_free_worker_waits_for_a_batch_as_large_as_the_one_in_flight():
         assert model.sizes == [8]  # 7 < 8: the free worker waits (no batches of 1)
         last = Job([source], options, None, loop)
         batcher.submit(last)
-        await asyncio.sleep(0.2)
+        await settled(lambda: len(model.sizes) > 1)
         assert model.sizes == [8, 8]
         model.release.set()
         results = await asyncio.gather(*(job.done for job in jobs + late + [last]))
