@@ -1,0 +1,94 @@
+"""A checkpoint written on the JAX backend restores on TensorFlow with identical weights, one
+written on TensorFlow restores on JAX, and OpenNMT-tf's checkpoint loads on JAX without
+TensorFlow being imported (tests/checkpoint_worker.py is the JAX side, one subprocess)."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from checkpoint_worker import ONMT_FIXTURE, fill, onmt_model, tiny_training_checkpoint, values_of
+from opennmt_lite.checkpointing import bundle, formats
+from opennmt_lite.checkpointing.names import named_variables
+
+TESTS = pathlib.Path(__file__).parent
+
+
+@pytest.fixture(scope="module")
+def jax_side(tmp_path_factory):
+    """Writes a TensorFlow training checkpoint, runs the JAX worker on it; returns (the
+    TensorFlow side's values, the worker's output folder)."""
+    directory = tmp_path_factory.mktemp("across_backends")
+    checkpoint = tiny_training_checkpoint(save_dir=str(directory / "tf_checkpoints"))
+    written = fill(checkpoint, seed=1)
+    checkpoint.save(5)
+    out = directory / "jax"
+    out.mkdir()
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join([str(TESTS.parent), str(TESTS)]))
+    completed = subprocess.run(
+        [sys.executable, str(TESTS / "checkpoint_worker.py"), str(directory / "tf_checkpoints"),
+         str(out)], env=env, capture_output=True, text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    return written, directory
+
+
+def load(path):
+    with np.load(path) as stored:
+        return dict(stored)
+
+
+def assert_identical(actual, expected):
+    assert sorted(actual) == sorted(expected)
+    for name, value in expected.items():
+        assert actual[name].shape == value.shape, name
+        np.testing.assert_array_equal(actual[name], value, err_msg=name)
+        if value.dtype.kind == "f":  # (bit for bit, dtype and all)
+            assert actual[name].dtype == value.dtype and actual[name].tobytes() == value.tobytes(), name
+
+
+def test_tensorflow_checkpoint_restores_on_jax(jax_side):
+    written, directory = jax_side
+    results = json.loads((directory / "jax" / "results.json").read_text())
+    assert results["backend"] == "jax"
+    assert_identical(load(directory / "jax" / "restored.npz"), written)
+    assert any(name.startswith("optimizer/m/") for name in written)
+    assert any("dropout_seed" in name for name in written)
+
+
+def test_jax_checkpoint_restores_on_tensorflow(jax_side):
+    written, directory = jax_side
+    saved = load(directory / "jax" / "saved.npz")
+    checkpoint = tiny_training_checkpoint(restore_dir=str(directory / "jax" / "checkpoints"))
+    prefix = checkpoint.restore()
+    assert prefix == str(directory / "jax" / "checkpoints" / "ckpt-9")
+    assert_identical(values_of(checkpoint.variables), saved)
+    assert int(checkpoint.optimizer.iterations.numpy()) == int(saved["optimizer/iterations"])
+    # The same names, shapes and floating-point dtypes as TensorFlow's checkpoint of the same
+    # objects, but for tf.train.Checkpoint's own bookkeeping (its object graph, save counter).
+    # Integers keep each backend's width (JAX: an int32 step, uint32 seed states; restoring casts)
+    ours = bundle.bundle_names(prefix)
+    theirs = {name: entry for name, entry in
+              bundle.bundle_names(str(directory / "tf_checkpoints" / "ckpt-5")).items()
+              if not name.startswith(("_CHECKPOINTABLE_OBJECT_GRAPH", "save_counter/"))}
+    assert sorted(ours) == sorted(theirs)
+    for name, (dtype, shape) in ours.items():
+        assert shape == theirs[name][1], name
+        assert dtype.kind == theirs[name][0].kind or {dtype.kind, theirs[name][0].kind} == {"i", "u"}, name
+        assert dtype == theirs[name][0] or dtype.kind != "f", name
+    assert (directory / "jax" / "checkpoints" / "checkpoint").read_text().startswith(
+        'model_checkpoint_path: "ckpt-9"')
+
+
+def test_onmt_checkpoint_loads_on_jax_without_tensorflow(jax_side):
+    _, directory = jax_side
+    assert json.loads((directory / "jax" / "results.json").read_text())["tensorflow_imported"] == []
+    model = onmt_model()
+    formats.restore_weights(model, str(ONMT_FIXTURE))
+    expected = values_of(named_variables(model, include_seeds=False))
+    assert len(expected) > 50
+    assert_identical(load(directory / "jax" / "onmt.npz"), expected)
