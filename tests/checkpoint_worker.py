@@ -6,8 +6,10 @@ backend once, at import):
 restores the training checkpoint that the TensorFlow side wrote in TF_CHECKPOINTS into a fresh
 model and optimizer (OUT_DIR/restored.npz: {checkpoint name: value}), fills them with other
 values and saves them to OUT_DIR/checkpoints (OUT_DIR/saved.npz), loads OpenNMT-tf's fixture
-checkpoint into its model (OUT_DIR/onmt.npz: {attribute path: value}), and writes
-OUT_DIR/results.json: the backend and whether TensorFlow was imported.
+checkpoint into its model (OUT_DIR/onmt.npz: {attribute path: value}), averages OpenNMT-tf's
+project checkpoints (OUT_DIR/average.npz), rotates and damages checkpoints, and writes
+OUT_DIR/results.json: the backend, the TensorFlow modules imported, what rotation kept and what
+a restore did with a damaged checkpoint.
 """
 
 import json
@@ -18,6 +20,36 @@ import numpy as np
 
 TESTS = pathlib.Path(__file__).parent
 ONMT_FIXTURE = TESTS / "fixtures" / "onmt_tf_relative"
+ONMT_RUN = TESTS / "fixtures" / "onmt_project" / "run"  # 3 checkpoints: ckpt-200, 300, 400
+
+
+def average_of_onmt_run():
+    """store.average_values of the weights of OpenNMT-tf's project checkpoints."""
+    from opennmt_lite.checkpointing import store
+
+    prefixes = store.to_average(str(ONMT_RUN), 8)
+    names = [name for name in store.contents(prefixes[-1])
+             if name.startswith("model/") and "/.OPTIMIZER_SLOT/" not in name]
+    return store.average_values(prefixes, names)
+
+
+def rotate_and_damage(directory):
+    """Saves steps 1-3 keeping 2, flips a byte of the newest, restores: {"kept": [checkpoint
+    files left after the saves], "restored": prefix, "damaged": [files moved to damaged/]}."""
+    import os
+
+    checkpoint = tiny_training_checkpoint(save_dir=str(directory))
+    checkpoint.max_to_keep = 2
+    for step in (1, 2, 3):
+        checkpoint.save(step)
+    kept = sorted(name for name in os.listdir(directory) if name.startswith("ckpt-"))
+    data = directory / "ckpt-3.data-00000-of-00001"
+    damaged = bytearray(data.read_bytes())
+    damaged[len(damaged) // 2] ^= 1
+    data.write_bytes(bytes(damaged))
+    restored = tiny_training_checkpoint(save_dir=str(directory)).restore()
+    return {"kept": kept, "restored": os.path.basename(restored),
+            "damaged": sorted(os.listdir(directory / "damaged"))}
 
 
 def tiny_training_checkpoint(save_dir=None, restore_dir=None):
@@ -91,7 +123,10 @@ def main(tf_checkpoints, out):
     model = onmt_model()
     formats.restore_weights(model, str(ONMT_FIXTURE))
     np.savez(out / "onmt.npz", **values_of(named_variables(model, include_seeds=False)))
+    np.savez(out / "average.npz", **average_of_onmt_run())
+    rotation = rotate_and_damage(out / "rotation")
     (out / "results.json").write_text(json.dumps({
+        "rotation": rotation,
         "backend": keras.backend.backend(),
         "tensorflow_imported": sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow"),
     }))

@@ -1,6 +1,7 @@
 """A checkpoint written on the JAX backend restores on TensorFlow with identical weights, one
-written on TensorFlow restores on JAX, and OpenNMT-tf's checkpoint loads on JAX without
-TensorFlow being imported (tests/checkpoint_worker.py is the JAX side, one subprocess)."""
+written on TensorFlow restores on JAX, OpenNMT-tf's checkpoint loads on JAX without TensorFlow
+being imported, and averaging, rotation and damage work there as on TensorFlow
+(tests/checkpoint_worker.py is the JAX side, one subprocess)."""
 
 import json
 import os
@@ -11,8 +12,9 @@ import sys
 import numpy as np
 import pytest
 
-from checkpoint_worker import ONMT_FIXTURE, fill, onmt_model, tiny_training_checkpoint, values_of
-from opennmt_lite.checkpointing import bundle, formats
+from checkpoint_worker import (ONMT_FIXTURE, average_of_onmt_run, fill, onmt_model,
+                               tiny_training_checkpoint, values_of)
+from opennmt_lite.checkpointing import bundle, formats, store
 from opennmt_lite.checkpointing.names import named_variables
 
 TESTS = pathlib.Path(__file__).parent
@@ -92,3 +94,22 @@ def test_onmt_checkpoint_loads_on_jax_without_tensorflow(jax_side):
     expected = values_of(named_variables(model, include_seeds=False))
     assert len(expected) > 50
     assert_identical(load(directory / "jax" / "onmt.npz"), expected)
+
+
+def test_averaging_on_jax_is_bit_identical(jax_side):
+    _, directory = jax_side
+    assert_identical(load(directory / "jax" / "average.npz"), average_of_onmt_run())
+
+
+def test_rotation_and_damage_on_jax(jax_side):
+    _, directory = jax_side
+    rotation = json.loads((directory / "jax" / "results.json").read_text())["rotation"]
+    assert rotation == {
+        "kept": ["ckpt-2.data-00000-of-00001", "ckpt-2.index",
+                 "ckpt-3.data-00000-of-00001", "ckpt-3.index"],
+        "restored": "ckpt-2",  # (the newest, ckpt-3, fails its checksum)
+        "damaged": ["ckpt-3.data-00000-of-00001", "ckpt-3.index"]}
+    # TensorFlow agrees: the damaged copy is unreadable, the one kept is whole
+    rotated = directory / "jax" / "rotation"
+    assert store.damage(str(rotated / "damaged" / "ckpt-3")).startswith("unreadable")
+    assert store.damage(str(rotated / "ckpt-2")) is None
