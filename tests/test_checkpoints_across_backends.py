@@ -113,3 +113,17 @@ def test_rotation_and_damage_on_jax(jax_side):
     rotated = directory / "jax" / "rotation"
     assert store.damage(str(rotated / "damaged" / "ckpt-3")).startswith("unreadable")
     assert store.damage(str(rotated / "ckpt-2")) is None
+
+
+def test_state_file_parsed_without_tensorflow(tmp_path, monkeypatch):
+    """The `checkpoint` state file, read by hand off TensorFlow's backend, names what
+    TensorFlow's parser finds; garbage is refused (restore then ignores the file)."""
+    store._write_state_file(str(tmp_path), str(tmp_path / "ckpt-3"), [str(tmp_path / "ckpt-3")])
+    files = [tmp_path / "checkpoint", TESTS / "fixtures" / "onmt_project" / "run" / "checkpoint"]
+    expected = [store._state_file_checkpoint(str(path)) for path in files]
+    assert expected == [str(path.parent / name) for path, name in zip(files, ["ckpt-3", "ckpt-400"])]
+    monkeypatch.setattr(store, "TENSORFLOW", False)
+    assert [store._state_file_checkpoint(str(path)) for path in files] == expected
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-3"\n\x00garbage {\n')
+    with pytest.raises(ValueError):
+        store._state_file_checkpoint(str(tmp_path / "checkpoint"))
