@@ -18,6 +18,7 @@ does that from a test and loads the results. The jobs:
   process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`.
 """
 
+import importlib
 import json
 import os
 import pathlib
@@ -186,6 +187,13 @@ def run_commands(commands):
     return results
 
 
+# The modules of decoding and scoring on JAX, which must not import TensorFlow.
+INFERENCE_MODULES = ("opennmt_lite.inference.options", "opennmt_lite.inference.portable_decoding",
+                     "opennmt_lite.inference.translate", "opennmt_lite.inference.score",
+                     "opennmt_lite.commands.infer", "opennmt_lite.commands.score",
+                     "opennmt_lite.commands.evaluate")
+
+
 # Random sampling's draws checked against their distribution (tests/test_jax_commands.py): the
 # fixture's first test sentence, copied, decoded one step with these options.
 SAMPLING_DRAWS = {
@@ -257,8 +265,13 @@ def main(job, directory):
         from opennmt_lite.inference import portable_decoding
         from opennmt_lite.inference.options import DecodingOptions
 
+        # (what infer, score and evaluate decode and score with imports no TensorFlow on JAX)
+        for module in INFERENCE_MODULES:
+            importlib.import_module(module)
+        untouched = "tensorflow" not in sys.modules
         commands = json.loads((directory / "commands.json").read_text())
         arrays = sampling_draws(portable_decoding.translation_function, DecodingOptions)
+        arrays["inference_imports_without_tensorflow"] = np.array(untouched)
         (directory / "results.json").write_text(json.dumps(run_commands(commands)))
     else:
         raise SystemExit(f"unknown job {job!r}")

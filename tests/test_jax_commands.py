@@ -159,8 +159,8 @@ def same_field(name, mine, theirs):
         assert mine == theirs, name
         return
     assert a.shape == b.shape, name
-    if a.size == 1:  # a score: within 1e-5, or 2 float32 ulps of a large sum
-        tolerance = max(SCORE_TOLERANCE, 2 * float(np.spacing(np.float32(abs(b.item())))))
+    if a.size == 1:  # a score: within 1e-5, or 4 float32 ulps of a larger sum
+        tolerance = max(SCORE_TOLERANCE, 4 * float(np.spacing(np.float32(abs(b.item())))))
         assert abs(a.item() - b.item()) <= tolerance, (name, mine, theirs)
     else:
         np.testing.assert_allclose(a, b, rtol=0, atol=SOFT_TOLERANCE, err_msg=name)
@@ -230,6 +230,10 @@ def check_draws(values):
             count = int((tokens == token).sum())
             assert abs(count - draws * p) <= 5 * np.sqrt(draws * p * (1 - p)) + 1, (name, token,
                                                                                      count, draws * p)
+
+
+def test_jax_inference_modules_import_no_tensorflow(runs):
+    assert runs[1]["inference_imports_without_tensorflow"]
 
 
 def test_sampling_follows_its_distribution_on_jax(runs):
