@@ -1,7 +1,8 @@
 """`run.py infer`, `score` and `evaluate` with KERAS_BACKEND=jax against the TensorFlow backend,
 on OpenNMT-tf's fixture models (tests/fixtures/onmt_tf_relative, onmt_tf_seqctl): the same command
 lines, run in one JAX subprocess (tests/jax_worker.py's `commands` job) and in this process
-(TensorFlow), must write the same files: translations, alignments (hard equal, soft within 1e-5)
+(TensorFlow; the JAX process cannot import TensorFlow, as in an install without it), must write
+the same files: translations, alignments (hard equal, soft within 1e-5)
 and error lines identical, scores within 1e-5, or 4 float32 ulps of a larger sum (score's NLL
 of 287 sums 76 token losses, where one ulp is 3e-5: measured 6.2e-5 there, 1.1e-5 at 54; 2e-6 at
 most on the translations' log-probabilities).
@@ -232,8 +233,9 @@ def check_draws(values):
                                                                                      count, draws * p)
 
 
-def test_jax_inference_modules_import_no_tensorflow(runs):
-    assert runs[1]["inference_imports_without_tensorflow"]
+def test_jax_commands_ran_without_tensorflow(runs):
+    # (the worker made `import tensorflow` fail: the checkpoints were read by bundle.py)
+    assert runs[1]["tensorflow_unimportable"]
 
 
 def test_sampling_follows_its_distribution_on_jax(runs):
@@ -245,3 +247,18 @@ def test_sampling_follows_its_distribution_on_tensorflow():
     from opennmt_lite.inference.options import DecodingOptions
 
     check_draws(jax_worker.sampling_draws(translation_function, DecodingOptions))
+
+
+def test_out_of_memory_is_told_on_both_backends():
+    import tensorflow as tf
+
+    from opennmt_lite.inference.translate import out_of_memory
+
+    class XlaRuntimeError(RuntimeError):  # (JAX's runtime error, by name as jaxlib raises it)
+        pass
+
+    assert out_of_memory(MemoryError())
+    assert out_of_memory(tf.errors.ResourceExhaustedError(None, None, "OOM when allocating"))
+    assert out_of_memory(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB"))
+    assert not out_of_memory(XlaRuntimeError("INVALID_ARGUMENT: shapes differ"))
+    assert not out_of_memory(ValueError("RESOURCE_EXHAUSTED"))
