@@ -8,7 +8,8 @@ of 287 sums 76 token losses, where one ulp is 3e-5: measured 6.2e-5 there, 1.1e-
 most on the translations' log-probabilities).
 The decoding options covered: beam 1 and 4, n_best, length and coverage penalties,
 minimum/maximum_decoding_length (hypotheses stopped at the maximum), replace_unknown_target, hard
-and soft alignments, decoding_noise, source and target sequence controls, with_scores.
+and soft alignments, decoding_noise, source and target sequence controls, with_scores; and an
+opennmt-lite checkpoint (post-norm, GELU) translating raw text with SentencePiece.
 
 Random sampling draws from JAX's generator on JAX and from TensorFlow's stateless one on
 TensorFlow: the streams differ, so the files are not compared across backends. Instead, on JAX:
@@ -33,6 +34,8 @@ SEQCTL = ONMT_FIXTURE.parent / "onmt_tf_seqctl"
 SEQCTL_MODEL = {"num_layers": 2, "num_units": 32, "num_heads": 2, "ffn_inner_dim": 64,
                 "maximum_relative_position": 8}
 FIRST8 = str(ONMT_FIXTURE / "test.first8.tok.en")
+POSTNORM = ONMT_FIXTURE.parent / "ct2_models" / "postnorm"
+RAW_TEXT = ONMT_FIXTURE.parents[2] / "data" / "test.en"  # (the shipped corpus: its first 8 lines)
 SCORE_TOLERANCE = 1e-5
 SOFT_TOLERANCE = 1e-5
 
@@ -86,6 +89,15 @@ def command_lines(directory, backend):
         "infer", "--config", *seqctl, str(SEQCTL / "infer-beam4.source-bos.replace.hard.yml"),
         "--features_file", str(SEQCTL / "test.first20.tok.en"),
         "--predictions_file", str(out / "infer.seqctl.txt")]
+    # An opennmt-lite checkpoint (post-norm, GELU), SentencePiece on both sides: raw text in and out.
+    raw8 = directory / "raw8.en"
+    raw8.write_text("".join(RAW_TEXT.read_text(encoding="utf-8").splitlines(True)[:8]),
+                    encoding="utf-8")
+    commands["infer.postnorm.sentencepiece"] = [
+        "infer", "--config", str(POSTNORM / "config.yml"),
+        *write_yaml(directory, "postnorm", {"infer": {"batch_type": "examples", "batch_size": 8}}),
+        "--features_file", str(raw8), "--with_scores",
+        "--predictions_file", str(out / "infer.postnorm.txt")]
     commands["score.token_level.hard"] = [
         "score", "--config", *relative, str(ONMT_FIXTURE / "score.token_level.hard.yml"),
         "--features_file", FIRST8, "--predictions_file", str(ONMT_FIXTURE / "test.first8.tok.de"),
