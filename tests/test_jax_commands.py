@@ -274,3 +274,12 @@ def test_out_of_memory_is_told_on_both_backends():
     assert out_of_memory(XlaRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 4 GiB"))
     assert not out_of_memory(XlaRuntimeError("INVALID_ARGUMENT: shapes differ"))
     assert not out_of_memory(ValueError("RESOURCE_EXHAUSTED"))
+
+
+def test_padded_sizes_are_few_and_hold_the_batch():
+    from opennmt_lite.inference.portable_decoding import padded_size
+
+    sizes = [padded_size(n) for n in range(1, 129)]
+    assert sorted(set(sizes)) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128]
+    assert all(n <= size <= max(1.5 * n, 2) for n, size in enumerate(sizes, 1))
+    assert padded_size(3, minimum=8) == 8 and padded_size(9, minimum=8) == 12
