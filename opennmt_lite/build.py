@@ -20,8 +20,6 @@ import keras
 import numpy as np
 
 from opennmt_lite import cpu
-from opennmt_lite.checkpointing import formats
-from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
 from opennmt_lite.config import SEQUENCE_CLASSIFIER, SEQUENCE_TAGGER, ConfigError
 from opennmt_lite.data import Controls, EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
@@ -32,7 +30,6 @@ from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.layers import fast_paths
 from opennmt_lite.models import Transformer
 from opennmt_lite.models.freezing import freeze_layers
-from opennmt_lite.training import adam, schedules
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -210,6 +207,8 @@ def load_embeddings(transformer, data, assets, seed):
 
 def learning_rate(params):
     """The learning rate of the `params` section: a float, or OpenNMT-tf's wrapped schedule."""
+    from opennmt_lite.training import schedules
+
     if params.decay_type is None:
         return params.learning_rate
     # decay_params are the schedule's own arguments (checked by the config); the scale of
@@ -234,6 +233,8 @@ def optimizer(params, dtype_policy="float32"):
     densely before applying them, so its LazyAdam always computed exactly Adam: Adam it is, with
     Keras 2's epsilon 1e-7.
     """
+    from opennmt_lite.training import adam
+
     kwargs = dict(params.optimizer_params)  # keys checked by the config
     rate = learning_rate(params)
     if params.optimizer in ("Adam", "LazyAdam"):
@@ -428,7 +429,7 @@ def evaluator(config, transformer, assets, current_step=0):
     """The periodic evaluator of a training run (validation loss, scorers, early stopping);
     its translations are greedy (beam 1), bounded by params.maximum_decoding_length. A sequence
     tagger's or classifier's: loss and OpenNMT-tf's metrics (inference/encoder_evaluation.py)."""
-    from opennmt_lite.inference.decoding import DecodingOptions
+    from opennmt_lite.inference.options import DecodingOptions
     from opennmt_lite.inference.evaluation import Evaluator
 
     if config.model.is_encoder_model:
@@ -607,6 +608,8 @@ def training_checkpoint(config, save_dir=None):
     """The training checkpoint of a config (model, optimizer and data position; see
     checkpointing/training_checkpoint.py), built in its training precision as `trainer` builds
     them, saving to `save_dir`, not restored: for checkpoint averaging and vocabulary updates."""
+    from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
+
     policy = set_precision(config.train.dtype_policy)
     transformer = model(config.model, assets(config.data, config.model))
     freeze_embeddings(transformer, config.data)  # (the optimizer state of the run's checkpoints)
@@ -620,7 +623,7 @@ def decoding_options(params, infer_config, beam_width=None, n_best=None, seed=0)
     """The `DecodingOptions` of the `params` and `infer` sections (each option is the key of the
     same name, `n_best` in `infer`, the others in `params`); `beam_width` / `n_best` (command-line
     values) override them. `seed`: of random sampling (the commands pass train.seed or --seed)."""
-    from opennmt_lite.inference.decoding import DecodingOptions
+    from opennmt_lite.inference.options import DecodingOptions
 
     overrides = {"beam_width": beam_width, "n_best": n_best}
     values = {"seed": seed}
@@ -640,6 +643,8 @@ def inference_model(config, checkpoint=None, required=True):
     """(model in float32 with its weights restored, assets, checkpoint path) for the commands
     that use a trained model: infer, export, evaluate, score, inspect. With `required` False and
     no checkpoint anywhere, the weights stay random and the path is None (inspect)."""
+    from opennmt_lite.checkpointing import formats
+
     set_precision("float32")
     built_assets = assets(config.data, config.model)
     transformer = model(config.model, built_assets)
