@@ -184,18 +184,24 @@ def test_sampling_is_seeded_and_beam_scores_are_the_model_s(config, work):
 
 
 def test_exports_continue_as_infer(config, work):
+    """The 100 held-out prefixes: CTranslate2's Generator on the export and the SavedModel's
+    `continue` signature (all of them in one batch, of mixed lengths) give `run.py infer`'s
+    continuations (OpenNMT-tf's, 100/100 as shown above); its `score` signature gives
+    `run.py score`'s numbers."""
     import ctranslate2  # noqa: F401 (the export needs it)
     import tensorflow as tf
 
-    # (run.py infer's continuations of these prefixes: OpenNMT-tf's, as shown above)
-    greedy = lines(os.path.join(FIXTURE, "pred.first100.greedy.en"))[:6]
+    greedy = lines(os.path.join(FIXTURE, "pred.first100.greedy.en"))
+    prefix_file = str(work / "test.first100.prefix.en")
     run("export", "--config", config, "--checkpoint", str(work / "ckpt-3000"), "--output",
         str(work / "ct2"), "--format", "ctranslate2")
-    assert _infer(config, work, "generator", "--ctranslate2", str(work / "ct2")) == greedy
+    run("infer", "--config", config, "--ctranslate2", str(work / "ct2"), "--features_file",
+        prefix_file, "--predictions_file", str(work / "generator.txt"))
+    assert lines(work / "generator.txt") == greedy
     run("export", "--config", config, "--checkpoint", str(work / "ckpt-3000"), "--output",
         str(work / "saved"))
     loaded = tf.saved_model.load(str(work / "saved"))
-    prefixes = [line.split() for line in lines(work / "prefixes.txt")]
+    prefixes = [line.split() for line in lines(prefix_file)]
     width = max(map(len, prefixes))
     tokens = tf.constant([p + [""] * (width - len(p)) for p in prefixes])
     length = tf.constant([len(p) for p in prefixes], tf.int32)
@@ -205,7 +211,7 @@ def test_exports_continue_as_infer(config, work):
     assert texts == greedy
     scored = loaded.signatures["score"](tokens=tokens, length=length)["score"].numpy()
     run("score", "--config", config, "--checkpoint", str(work / "ckpt-3000"), "--features_file",
-        str(work / "prefixes.txt"), "--output_file", str(work / "prefix_scores.txt"))
+        prefix_file, "--output_file", str(work / "prefix_scores.txt"))
     assert np.abs(scored - _scores(work / "prefix_scores.txt")).max() < 1e-4
 
 

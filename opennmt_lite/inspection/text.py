@@ -55,7 +55,8 @@ def summarize(name, value, show_values=False):
 
 
 def save_attention_maps(tensors, tokens, directory):
-    """One PNG per layer and head of the encoder self-attention weights; returns the paths."""
+    """One PNG per layer and head of the encoder's (a language model: the decoder's)
+    self-attention weights; returns the paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -66,7 +67,7 @@ def save_attention_maps(tensors, tokens, directory):
     for name, value in tensors.items():
         if not name.endswith("self_attention/attention"):
             continue
-        layer = name.split("/")[2]
+        stack, layer = name.split("/")[0], name.split("/")[2]
         for head in range(value.shape[1]):
             weights = value[0, head]
             figure, axis = plt.subplots(figsize=(1 + 0.5 * len(tokens), 1 + 0.5 * len(tokens)))
@@ -75,10 +76,10 @@ def save_attention_maps(tensors, tokens, directory):
             axis.set_yticks(range(len(tokens)), tokens)
             axis.set_xlabel("key")
             axis.set_ylabel("query")
-            axis.set_title(f"encoder layer {layer}, head {head}")
+            axis.set_title(f"{stack} layer {layer}, head {head}")
             figure.colorbar(image, ax=axis, fraction=0.046)
             figure.tight_layout()
-            path = os.path.join(directory, f"encoder_layer{layer}_head{head}.png")
+            path = os.path.join(directory, f"{stack}_layer{layer}_head{head}.png")
             try:
                 with atomic_write(path, "wb") as stream:  # a full disk leaves no half image
                     figure.savefig(stream, dpi=100, format="png")
