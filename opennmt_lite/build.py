@@ -361,7 +361,11 @@ def best_model_exporter(config, transformer, assets):
     """The function(directory, step) writing `transformer` (as it is when called) into an empty
     directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export
     on best. A decoding option the format cannot run is refused now, before training."""
+    from opennmt_lite import keras_backend
+
     export_format = config.eval.export_format
+    if export_format == "saved_model" or export_format.startswith("tflite"):
+        keras_backend.require_tensorflow(f"eval.export_format {export_format}")
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
     if export_format == "saved_model":
         from opennmt_lite.export.saved_model import export_model
