@@ -376,6 +376,13 @@ class TrainingInput:
             return group_batches(batches, self.accum_steps)
         return batches
 
+    def numpy_groups(self, num_epochs=None, skip_groups=0):
+        """The groups the train step consumes, as NumPy: tuples of `accum_steps` padded batches
+        (endless when repeating), starting after `skip_groups` groups (resume). `dataset` feeds
+        them to tf.data; the JAX trainer reads them directly."""
+        batches = self.numpy_batches(num_epochs, skip_batches=skip_groups * self.accum_steps)
+        return batches if self.accum_steps > 1 else ((batch,) for batch in batches)
+
     def _pad(self, number, indices):
         shape = self.shape_plan.padded_shape(indices) if self.shape_plan is not None else None
         batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple,
@@ -400,11 +407,8 @@ class TrainingInput:
         """What the train step consumes: a tf.data.Dataset of groups, each a tuple of
         `accum_steps` padded batches (endless when repeating), starting after `skip_groups`
         groups (resume)."""
-        def groups():
-            batches = self.numpy_batches(num_epochs, skip_batches=skip_groups * self.accum_steps)
-            return batches if self.accum_steps > 1 else ((batch,) for batch in batches)
-
-        dataset = tf.data.Dataset.from_generator(groups, output_signature=self.element_spec)
+        dataset = tf.data.Dataset.from_generator(
+            lambda: self.numpy_groups(num_epochs, skip_groups), output_signature=self.element_spec)
         if prefetch:
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return dataset
