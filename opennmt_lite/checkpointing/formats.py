@@ -8,7 +8,7 @@
 
 import logging
 
-import tensorflow as tf
+import keras
 
 from opennmt_lite.checkpointing import onmt_names, store
 
@@ -57,9 +57,8 @@ def restore_whole(checkpoint, prefix):
         onmt_names.assign_optimizer_state(prefix, model, optimizer)
         return onmt_names.model_mapping(model, store.contents(prefix))
     checkpoint.restore(prefix)
-    # (Keras variables give their dtype as a string, tf.Variables as a DType)
     return {name: variable for name, variable in checkpoint.variables.items()
-            if name.startswith("model/") and tf.as_dtype(variable.dtype).is_floating}
+            if name.startswith("model/") and keras.backend.is_float_dtype(variable.dtype)}
 
 
 def restore_for_training(checkpoint, model_dir):

@@ -11,24 +11,38 @@ good checkpoint while keeping a bad one.
 
 `Checkpoint` saves every variable under an explicit name (`model/encoder/layers/0/...`,
 `optimizer/m/encoder/...`, `data/groups_done`; see names.py), so nothing a Keras 3 layer keeps
-in a Python list can be missed.
+in a Python list can be missed, and restores them by those names (reads each value, assigns it
+to its Keras variable), so that a checkpoint written on either backend loads on the other.
+
+The files are TensorFlow's checkpoint format on both backends. With Keras on TensorFlow, they
+are read and written by TensorFlow (`tf.train.load_checkpoint`, `tf.train.Checkpoint.write`:
+native checksums, and the object graph other TensorFlow tools restore from); on any other
+backend, or where TensorFlow is not installed, by bundle.py (NumPy only, the same files).
 """
 
 import contextlib
+import importlib.util
 import logging
 import os
 import re
 import shutil
 
+import keras
 import numpy as np
-import tensorflow as tf
 
+from opennmt_lite.checkpointing import bundle
 from opennmt_lite.checkpointing.names import named_trainable, named_variables, nested, optimizer_state
 from opennmt_lite.errors import OutputError, UserError
 from opennmt_lite.files import atomic_write
 from opennmt_lite.outputs import describe
 
 logger = logging.getLogger("opennmt_lite")
+
+# TensorFlow reads and writes the files only on its own backend (it is not imported otherwise:
+# a JAX install need not have it).
+TENSORFLOW = keras.backend.backend() == "tensorflow" and importlib.util.find_spec("tensorflow") is not None
+if TENSORFLOW:
+    import tensorflow as tf
 
 SUFFIX = "/.ATTRIBUTES/VARIABLE_VALUE"
 # ckpt-12.index, ckpt-12.data-00000-of-00001 -> prefix ckpt-12, step 12
@@ -84,6 +98,9 @@ def damage(prefix, read_data=True):
     if not any(found == set(range(count)) for count, found in shards.items()):
         return "a data file is missing"
     try:
+        if not TENSORFLOW:
+            bundle.check_bundle(prefix) if read_data else bundle.bundle_names(prefix)
+            return None
         reader = tf.train.load_checkpoint(prefix)
         if read_data:
             for name in reader.get_variable_to_shape_map():
@@ -114,13 +131,30 @@ def _note_state_file(directory, prefix):
     if not os.path.exists(path):
         return
     try:
-        named = tf.train.get_checkpoint_state(directory).model_checkpoint_path
+        named = _state_file_checkpoint(path)
     except Exception:  # garbage in the file: a text-format parse error
         logger.warning("ignoring the unreadable checkpoint state file %s", path)
         return
     if os.path.basename(named) != os.path.basename(prefix):
         logger.warning("the checkpoint state file %s names %s; using %s, the newest readable",
                        path, named, prefix)
+
+
+def _state_file_checkpoint(path):
+    """The `model_checkpoint_path` that TensorFlow's `checkpoint` state file names (a text
+    protobuf); ValueError if it does not parse."""
+    if TENSORFLOW:
+        return tf.train.get_checkpoint_state(os.path.dirname(path)).model_checkpoint_path
+    with open(path, encoding="utf-8") as stream:
+        text = stream.read()
+    field = r'\s*(model_checkpoint_path|all_model_checkpoint_paths|last_preserved_timestamp|' \
+            r'all_model_checkpoint_timestamps)\s*:\s*("(?:[^"\\]|\\.)*"|[-+.\deE]+)\s*'
+    if not re.fullmatch(f"(?:{field})*", text):
+        raise ValueError(f"{path} does not parse")
+    named = re.search(r'model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text)
+    if named is None:
+        raise ValueError(f"{path} names no checkpoint")
+    return named.group(1)
 
 
 def latest(model_dir):
@@ -154,30 +188,42 @@ def resolve(path):
 
 # -- reading ---------------------------------------------------------------------------------
 
-def _reader(prefix):
+def _damaged(prefix, error):
+    return CheckpointError(f"checkpoint {prefix} is damaged: {str(error).splitlines()[0]}")
+
+
+def _stored_shapes(prefix):
+    """{stored name: shape} of every tensor of the checkpoint `prefix`."""
     if not os.path.exists(prefix + ".index"):
         raise CheckpointNotFoundError(f"checkpoint {prefix} not found (no {prefix}.index)")
     try:
-        return tf.train.load_checkpoint(prefix)
+        if not TENSORFLOW:
+            return {name: shape for name, (_, shape) in bundle.bundle_names(prefix).items()}
+        reader = tf.train.load_checkpoint(prefix)
+        return {name: tuple(shape) for name, shape in reader.get_variable_to_shape_map().items()}
     except Exception as error:
-        raise CheckpointError(f"checkpoint {prefix} is damaged: {str(error).splitlines()[0]}") from None
+        raise _damaged(prefix, error) from None
 
 
 def contents(path):
     """{name: shape} of the variables stored in a checkpoint prefix (or the one `resolve` picks
     in a directory); names without the `/.ATTRIBUTES/VARIABLE_VALUE` suffix."""
-    reader = _reader(resolve(path) if os.path.isdir(path) else path)
-    return {name[: -len(SUFFIX)]: tuple(shape)
-            for name, shape in reader.get_variable_to_shape_map().items() if name.endswith(SUFFIX)}
+    stored = _stored_shapes(resolve(path) if os.path.isdir(path) else path)
+    return {name[: -len(SUFFIX)]: shape for name, shape in stored.items() if name.endswith(SUFFIX)}
 
 
 def read(prefix, names):
     """{name: numpy value} for each of `names` (no suffix); CheckpointError if unreadable."""
-    reader = _reader(prefix)
     try:
+        if not TENSORFLOW:
+            values = bundle.read_bundle(prefix, [name + SUFFIX for name in names])
+            return {name: values[name + SUFFIX] for name in names}
+        reader = tf.train.load_checkpoint(prefix)
         return {name: reader.get_tensor(name + SUFFIX) for name in names}
+    except FileNotFoundError:
+        raise CheckpointNotFoundError(f"checkpoint {prefix} not found (no {prefix}.index)") from None
     except Exception as error:  # a short read or a checksum mismatch
-        raise CheckpointError(f"checkpoint {prefix} is damaged: {str(error).splitlines()[0]}") from None
+        raise _damaged(prefix, error) from None
 
 
 def _optional(name):
@@ -230,10 +276,21 @@ def assign(prefix, mapping, leftover_under=("model/",), kind="checkpoint"):
     assigned when the checkpoint does not fit or is damaged. Returns `prefix`."""
     check_shapes(prefix, {name: v.shape for name, v in mapping.items()}, leftover_under, kind)
     stored = contents(prefix)
-    values = read(prefix, [name for name in mapping if name in stored])
+    _assign_values(read(prefix, [name for name in mapping if name in stored]), mapping)
+    return prefix
+
+
+def _assign_values(values, mapping):
+    """variable.assign(value) for each {name: value} of `values`, cast to the variable's dtype."""
     for name, value in values.items():
         mapping[name].assign(np.asarray(value, dtype=mapping[name].dtype))
-    return prefix
+
+
+def variable_values(variables):
+    """{name: NumPy value} of {name: Keras variable}, each of its declared dtype (an int64
+    variable of the JAX backend is int32 in memory without jax_enable_x64: saved as int64)."""
+    return {name: np.asarray(keras.ops.convert_to_numpy(v.value), dtype=v.dtype)
+            for name, v in variables.items()}
 
 
 # -- saving and restoring a set of named variables --------------------------------------------
@@ -264,8 +321,10 @@ class Checkpoint:
         self.variables.update(extra or {})
         self.fallbacks = dict(fallbacks or {})
         self.restored_names = set()
-        self._checkpoint = tf.train.Checkpoint(**nested(self.variables))
-        self._checkpoint.save_counter  # created now (saved since the first versions), not mid-save
+        self._checkpoint = None
+        if TENSORFLOW:
+            self._checkpoint = tf.train.Checkpoint(**nested(self.variables))
+            self._checkpoint.save_counter  # created now (saved since the first versions), not mid-save
 
     def check_compatible(self, prefix, absent=()):
         """CheckpointError naming every variable missing, mis-shaped or left over in `prefix`
@@ -288,19 +347,14 @@ class Checkpoint:
         stored = contents(prefix)
         absent = {name: other for name, other in self.fallbacks.items() if name not in stored}
         self.check_compatible(prefix, absent)
-        if absent:  # (every other variable must still be matched)
-            present = {name: v for name, v in self.variables.items() if name not in absent}
-            status = tf.train.Checkpoint(**nested(present)).read(prefix)
-        else:
-            status = self._checkpoint.read(prefix)
-        if all(name in stored for name in self.variables if name not in absent):
-            status.assert_existing_objects_matched()
-        # (else only optional ones are absent (check_compatible): they keep their initial values.
-        # Entries this object does not hold, e.g. the trained weights beside a moving average
-        # when restoring without one, are not warned about: check_compatible vetted the model's)
-        status.expect_partial()
+        # By name, not through TensorFlow's object graph: a checkpoint written on another backend
+        # has none. check_compatible vetted every name (only optional ones may be absent: they
+        # keep their initial values); entries this object does not hold, e.g. the trained weights
+        # beside a moving average when restoring without one, are left unread.
+        present = {name: v for name, v in self.variables.items() if name not in absent and name in stored}
+        _assign_values(read(prefix, list(present)), present)
         for name, other in absent.items():
-            self.variables[name].assign(tf.convert_to_tensor(self.variables[other]))
+            self.variables[name].assign(self.variables[other].value)
         self.restored_names = set(self.variables) - set(absent)
         self.latest = prefix
         return prefix
@@ -327,11 +381,10 @@ class Checkpoint:
         except OSError as error:
             _put_back(prefix)
             raise CheckpointWriteError(self._failure(prefix, describe(error))) from None
-        self._checkpoint.save_counter.assign_add(1)
         try:
-            self._checkpoint.write(prefix)
+            self._write(prefix)
             reason = damage(prefix)
-        except (OSError, tf.errors.OpError) as error:
+        except (OSError, *((tf.errors.OpError,) if TENSORFLOW else ())) as error:
             reason = describe(error)
         if reason is not None:  # (also: written without an error, yet not readable back)
             self._discard(prefix)
@@ -364,9 +417,18 @@ class Checkpoint:
         return (f"saving checkpoint {prefix} failed: {reason} (nothing of it is left; the "
                 "checkpoints saved before are untouched)")
 
+    def _write(self, prefix):
+        if self._checkpoint is not None:
+            self._checkpoint.save_counter.assign_add(1)
+            self._checkpoint.write(prefix)
+        else:
+            values = variable_values(self.variables)
+            bundle.write_bundle(prefix, {name + SUFFIX: value for name, value in values.items()})
+
     def _discard(self, prefix):
         # What the failed write left: this step's files and TensorFlow's temporary folder.
-        self._checkpoint.save_counter.assign_add(-1)
+        if self._checkpoint is not None:
+            self._checkpoint.save_counter.assign_add(-1)
         with contextlib.suppress(OSError):
             _remove(prefix)
         shutil.rmtree(prefix + "_temp", ignore_errors=True)
