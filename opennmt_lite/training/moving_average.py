@@ -65,7 +65,9 @@ class MovingAverage:
     def start_from_weights(self):
         """Sets every average to its weight (a run without restored averages)."""
         for path, weight in self.weights.items():
-            self.averages[path].assign(ops.convert_to_tensor(weight))
+            value = ops.convert_to_tensor(weight)
+            # (JAX: a buffer of its own, as the train step donates the weights' buffers)
+            self.averages[path].assign(value if TENSORFLOW else ops.copy(value))
         self.fresh = True
 
     def update(self, step):
