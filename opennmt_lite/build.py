@@ -20,8 +20,6 @@ import keras
 import numpy as np
 
 from opennmt_lite import cpu
-from opennmt_lite.checkpointing import formats
-from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
 from opennmt_lite.config import ConfigError
 from opennmt_lite.data import Controls, EvaluationInput, InferenceInput, TrainingInput, accum_steps
 from opennmt_lite.data import fingerprints
@@ -31,7 +29,6 @@ from opennmt_lite.data.vocab import Vocabulary
 from opennmt_lite.layers import fast_paths
 from opennmt_lite.models import Transformer
 from opennmt_lite.models.freezing import freeze_layers
-from opennmt_lite.training import adam, schedules
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -159,6 +156,8 @@ def load_embeddings(transformer, data, assets, seed):
 
 def learning_rate(params):
     """The learning rate of the `params` section: a float, or OpenNMT-tf's wrapped schedule."""
+    from opennmt_lite.training import schedules
+
     if params.decay_type is None:
         return params.learning_rate
     # decay_params are the schedule's own arguments (checked by the config); the scale of
@@ -183,6 +182,8 @@ def optimizer(params, dtype_policy="float32"):
     densely before applying them, so its LazyAdam always computed exactly Adam: Adam it is, with
     Keras 2's epsilon 1e-7.
     """
+    from opennmt_lite.training import adam
+
     kwargs = dict(params.optimizer_params)  # keys checked by the config
     rate = learning_rate(params)
     if params.optimizer in ("Adam", "LazyAdam"):
@@ -363,7 +364,11 @@ def best_model_exporter(config, transformer, assets):
     """The function(directory, step) writing `transformer` (as it is when called) into an empty
     directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export
     on best. A decoding option the format cannot run is refused now, before training."""
+    from opennmt_lite import keras_backend
+
     export_format = config.eval.export_format
+    if export_format == "saved_model" or export_format.startswith("tflite"):
+        keras_backend.require_tensorflow(f"eval.export_format {export_format}")
     options = decoding_options(config.params, config.infer, seed=config.train.seed)
     if export_format == "saved_model":
         from opennmt_lite.export.saved_model import export_model
@@ -562,6 +567,8 @@ def training_checkpoint(config, save_dir=None):
     """The training checkpoint of a config (model, optimizer and data position; see
     checkpointing/training_checkpoint.py), built in its training precision as `trainer` builds
     them, saving to `save_dir`, not restored: for checkpoint averaging and vocabulary updates."""
+    from opennmt_lite.checkpointing.training_checkpoint import training_checkpoint as new_training_checkpoint
+
     policy = set_precision(config.train.dtype_policy)
     transformer = model(config.model, assets(config.data))
     freeze_embeddings(transformer, config.data)  # (the optimizer state of the run's checkpoints)
@@ -595,6 +602,8 @@ def inference_model(config, checkpoint=None, required=True):
     """(model in float32 with its weights restored, assets, checkpoint path) for the commands
     that use a trained model: infer, export, evaluate, score, inspect. With `required` False and
     no checkpoint anywhere, the weights stay random and the path is None (inspect)."""
+    from opennmt_lite.checkpointing import formats
+
     set_precision("float32")
     built_assets = assets(config.data)
     transformer = model(config.model, built_assets)

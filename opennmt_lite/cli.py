@@ -23,6 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # Read once, at TensorFlow's first allocation: set before TensorFlow starts. A value given wins.
 os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "true")
 
+from opennmt_lite import keras_backend  # noqa: E402
 from opennmt_lite.commands import COMMANDS  # noqa: E402 (after the TensorFlow log setting)
 from opennmt_lite.errors import EXIT_BUG, EXIT_USER_ERROR, Interrupted, UserError  # noqa: E402
 
@@ -35,9 +36,12 @@ def import_tensorflow_quietly():
     imported and on its first device query, and on a machine without an NVIDIA driver writes
     5 lines about it to stderr below TF_CPP_MIN_LOG_LEVEL's reach. Both happen here, with stderr
     sent to /dev/null, unless a driver is present or TF_CPP_MIN_LOG_LEVEL is 0. A failing import
-    still raises (its error is printed once stderr is back). Once per process."""
+    still raises (its error is printed once stderr is back). Once per process; nothing on Keras'
+    JAX backend, or where TensorFlow is not installed (`main` then reports the backend)."""
     global _tensorflow_imported
     if _tensorflow_imported:
+        return
+    if keras_backend.selected() != "tensorflow" or not keras_backend.tensorflow_installed():
         return
     _tensorflow_imported = True
     if os.path.exists("/proc/driver/nvidia") or os.environ["TF_CPP_MIN_LOG_LEVEL"] == "0":
@@ -164,15 +168,22 @@ def before_tensorflow(argv):
 def main(argv=None, prog=PROG):
     """Runs one command; returns the exit status (see `guarded`). `prog` is the name the help
     and the messages give the program (`run.py` when run so)."""
-    if "tensorflow" not in sys.modules:  # (run.py has done it, and started TensorFlow, already)
-        before_tensorflow(sys.argv[1:] if argv is None else argv)
-    import_tensorflow_quietly()
+    try:
+        backend = keras_backend.check()  # (before Keras is imported: an unknown one is one line)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    if backend == "tensorflow":
+        if "tensorflow" not in sys.modules:  # (run.py has done it, and started TensorFlow, already)
+            before_tensorflow(sys.argv[1:] if argv is None else argv)
+        import_tensorflow_quietly()
     try:
         args = parse_args(sys.argv[1:] if argv is None else argv, prog)
     except SystemExit as exit:  # argparse: --help (0), or a bad option, already printed (2)
         return exit.code
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(message)s",
                         datefmt="%H:%M:%S")
+    logging.getLogger("opennmt_lite").info("Keras backend: %s", keras_backend.describe())
     module = command_module(args.command)
 
     def run_command():

@@ -13,7 +13,7 @@ PACKAGE = ROOT / "opennmt_lite"
 
 FLOORS = (
     ("base", ("opennmt_lite", "opennmt_lite.errors", "opennmt_lite.files", "opennmt_lite.outputs",
-              "opennmt_lite.cpu", "opennmt_lite.recorder")),
+              "opennmt_lite.cpu", "opennmt_lite.recorder", "opennmt_lite.keras_backend")),
     ("config", ("opennmt_lite.config", "opennmt_lite.hyperparameters")),
     ("data", ("opennmt_lite.data",)),
     ("layers", ("opennmt_lite.layers",)),

@@ -1,8 +1,12 @@
-"""tf.data input pipelines for training, evaluation and inference.
+"""Input pipelines for training, evaluation and inference, in NumPy.
 
 The corpus is tokenized once into memory (see `corpus.py`); each epoch's batches are planned
-with NumPy (see `batching.py`), padded with NumPy, and fed to tf.data through
-`tf.data.Dataset.from_generator` followed by `prefetch(AUTOTUNE)`.
+with NumPy (see `batching.py`) and padded with NumPy (`TrainingInput.groups`). Keras' JAX
+backend reads those NumPy batches, prefetched by a thread (`prefetched`); on the TensorFlow
+backend, `TrainingInput.dataset` feeds the same batches, in the same order, to tf.data through
+`tf.data.Dataset.from_generator` followed by `prefetch(AUTOTUNE)`. TensorFlow is imported only
+there and in `batch_signature` (the TensorFlow backend's trace signature), so that the rest runs
+where TensorFlow is not installed.
 
 Training/evaluation elements are dicts of int32 tensors (padding id 0):
 
@@ -25,9 +29,10 @@ its length bucket's upper bound (OpenNMT-tf's train.pad_to_bucket_boundary).
 
 import concurrent.futures
 import logging
+import queue
+import threading
 
 import numpy as np
-import tensorflow as tf
 
 from opennmt_lite.data import batching
 from opennmt_lite.data.corpus import (
@@ -49,6 +54,8 @@ def batch_signature(with_index=False, negatives=False, with_weight=False, with_a
     contrastive learning's noisy targets; `example_weight` [B] float32: the training examples'
     loss weights; `alignment` [B, Tt, Ts] float32: the training batches' gold alignments, with
     guided alignment)."""
+    import tensorflow as tf  # (the TensorFlow backend's trace signature only)
+
     spec = {
         "source_ids": tf.TensorSpec([None, None], tf.int32),
         "source_length": tf.TensorSpec([None], tf.int32),
@@ -376,13 +383,6 @@ class TrainingInput:
             return group_batches(batches, self.accum_steps)
         return batches
 
-    def numpy_groups(self, num_epochs=None, skip_groups=0):
-        """The groups the train step consumes, as NumPy: tuples of `accum_steps` padded batches
-        (endless when repeating), starting after `skip_groups` groups (resume). `dataset` feeds
-        them to tf.data; the JAX trainer reads them directly."""
-        batches = self.numpy_batches(num_epochs, skip_batches=skip_groups * self.accum_steps)
-        return batches if self.accum_steps > 1 else ((batch,) for batch in batches)
-
     def _pad(self, number, indices):
         shape = self.shape_plan.padded_shape(indices) if self.shape_plan is not None else None
         batch = pad_parallel_batch(self.corpus, indices, self.pad_to_multiple,
@@ -403,15 +403,87 @@ class TrainingInput:
                                 with_weight=self.corpus.weights is not None,
                                 with_alignment=self.alignments is not None),) * self.accum_steps
 
+    def groups(self, num_epochs=None, skip_groups=0):
+        """What the train step consumes, in NumPy: groups, each a tuple of `accum_steps` padded
+        batches (endless when repeating), starting after `skip_groups` groups (resume). The
+        same groups as `dataset` yields, in the same order."""
+        batches = self.numpy_batches(num_epochs, skip_batches=skip_groups * self.accum_steps)
+        return batches if self.accum_steps > 1 else ((batch,) for batch in batches)
+
     def dataset(self, num_epochs=None, skip_groups=0, prefetch=True):
-        """What the train step consumes: a tf.data.Dataset of groups, each a tuple of
-        `accum_steps` padded batches (endless when repeating), starting after `skip_groups`
-        groups (resume)."""
-        dataset = tf.data.Dataset.from_generator(
-            lambda: self.numpy_groups(num_epochs, skip_groups), output_signature=self.element_spec)
+        """`groups` as a tf.data.Dataset (the TensorFlow backend's train step), prefetched by
+        tf.data unless `prefetch` is False."""
+        import tensorflow as tf  # (the TensorFlow backend's adapter only)
+
+        dataset = tf.data.Dataset.from_generator(lambda: self.groups(num_epochs, skip_groups),
+                                                 output_signature=self.element_spec)
         if prefetch:
             dataset = dataset.prefetch(tf.data.AUTOTUNE)
         return dataset
+
+
+class prefetched:
+    """Iterates over `iterable` (e.g. `TrainingInput.groups`) `size` items ahead, in a daemon
+    thread, as tf.data's prefetch does for the TensorFlow backend: the next batches are padded
+    while the current step computes. Same items, same order; an exception of the iterable is
+    raised where its item would have come. `close()` (or leaving a `with` block) stops the
+    thread at its next item."""
+
+    _END = object()
+
+    def __init__(self, iterable, size=2):
+        self._queue = queue.Queue(maxsize=max(int(size), 1))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._fill, args=(iter(iterable),),
+                                        name="prefetch_batches", daemon=True)
+        self._thread.start()
+
+    def _put(self, item):
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _fill(self, iterator):
+        try:
+            for item in iterator:
+                if not self._put((item, None)):
+                    return
+        except BaseException as error:  # noqa: BLE001 (handed to the consumer)
+            self._put((None, error))
+            return
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None and self._stop.is_set():
+                close()
+        self._put((self._END, None))
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self._stop.is_set():
+            raise StopIteration
+        item, error = self._queue.get()
+        if error is not None:
+            self.close()
+            raise error
+        if item is self._END:
+            self.close()
+            raise StopIteration
+        return item
+
+    def close(self):
+        self._stop.set()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info):
+        self.close()
 
 
 def _ordered_batches(source_lengths, target_lengths, batch_size, batch_type, length_bucket_width):

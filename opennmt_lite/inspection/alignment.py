@@ -45,7 +45,7 @@ def greedy_targets(model, source_ids, source_length, vocabulary, maximum_length)
         run = lambda ids, length: translate(model, ids, length, options)  # noqa: E731
     result = run(np.asarray(source_ids, np.int32), np.asarray(source_length, np.int32))
     targets = []
-    for ids, length in zip(result.ids.numpy()[:, 0], result.lengths.numpy()[:, 0]):
+    for ids, length in zip(np.asarray(result.ids)[:, 0], np.asarray(result.lengths)[:, 0]):
         ids = [int(i) for i in ids[:length]]
         finished = bool(length < maximum_length)  # else stopped at the maximum length, without </s>
         tokens = vocabulary.to_tokens(ids) + ([EOS_TOKEN] if finished else [])

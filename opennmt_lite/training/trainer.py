@@ -6,6 +6,7 @@ TensorBoard and `<model_dir>/metrics.jsonl`, periodic evaluation with early stop
 stop on SIGINT/SIGTERM, and a stop that keeps the last good checkpoint if the loss is NaN.
 """
 
+import contextlib
 import json
 import logging
 import math
@@ -140,9 +141,11 @@ def is_chief(strategy):
 
 def numpy_groups(training_inputs, skip_groups):
     """The groups of the train step without tf.data (Keras' JAX backend): one tuple of
-    `accum_steps` NumPy batches per replica's input, per update, after `skip_groups` groups."""
-    streams = [t.numpy_groups(skip_groups=skip_groups) for t in training_inputs]
-    return zip(*streams)
+    `accum_steps` NumPy batches per replica's input, per update, after `skip_groups` groups,
+    padded a few updates ahead in a thread (`prefetched`, as tf.data's prefetch)."""
+    from opennmt_lite.data.pipeline import prefetched
+
+    return prefetched(zip(*(t.groups(skip_groups=skip_groups) for t in training_inputs)))
 
 
 class Trainer:
@@ -255,7 +258,8 @@ class Trainer:
                 tuple(t.dataset(skip_groups=skip) for t in self.training_inputs))
         else:
             dataset = numpy_groups(self.training_inputs, skip)
-        with StopRequest() as stop:
+        with StopRequest() as stop, contextlib.closing(dataset) if not TENSORFLOW \
+                else contextlib.nullcontext():
             for group in dataset:
                 result = self.train_step(group)
                 self.groups_done.assign_add(1)
