@@ -11,7 +11,6 @@ reuses it. The test's own cost is kept low: a 1-layer 32-unit model, 300 trainin
 300-piece SentencePiece models, 30 steps, 6 sentences translated.
 """
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -66,7 +65,26 @@ def jax_environment():
                  "-r", str(REQUIREMENTS)], capture_output=True, text=True, timeout=1500)
             assert install.returncode == 0, install.stderr[-4000:]
             ready.write_text(REQUIREMENTS.read_text())
+        ready.touch()  # (its time: when the environment was last used)
+    remove_stale(root, keep=directory)
     return python
+
+
+def remove_stale(root, keep, days=14):
+    """Removes the environments of other requirements files unused for `days` (each 1 GB)."""
+    import time
+
+    for other in root.glob("jax-*"):
+        ready = other / "ready"
+        if other == keep or not other.is_dir():
+            continue
+        if not ready.exists() or time.time() - ready.stat().st_mtime > days * 86400:
+            with open(root / f"{other.name}.lock", "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # (being built or used right now)
+                    continue
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def jax_env():
@@ -109,7 +127,8 @@ def project(tmp_path_factory):
         "train": {"batch_type": "tokens", "batch_size": 512, "effective_batch_size": 512,
                   "length_bucket_width": 1, "maximum_features_length": 40,
                   "maximum_labels_length": 40, "max_step": 20, "save_checkpoints_steps": 10,
-                  "save_summary_steps": 10, "keep_checkpoint_max": 5, "seed": 7},
+                  "save_summary_steps": 10, "keep_checkpoint_max": 5, "seed": 7,
+                  "xla_shapes": 2},  # (2 compiled train steps; the resumed run loads them)
         "eval": {"steps": 0},
     }
     (directory / "config.yml").write_text(yaml.safe_dump(config))
@@ -181,6 +200,8 @@ def test_train_20_steps_then_resume_to_30(venv, project):
     resumed = succeeded(run_py(venv, "train", "--config", project["config"], project["more_steps"],
                                env=jax_env()))
     assert "ckpt-20" in resumed.stderr  # (restored from it)
+    # TensorBoard's scalars, written without TensorFlow
+    assert list(project["run"].glob("events.out.tfevents.*"))
     last = store.latest(str(project["run"]))
     assert last.endswith("ckpt-30"), last
     before, after = tf.train.load_checkpoint(first), tf.train.load_checkpoint(last)
