@@ -241,6 +241,29 @@ def test_what_needs_tensorflow_says_so(venv, project):
     assert not (project["dir"] / "refused").exists()
 
 
+def test_score_evaluate_average_checkpoints_and_ctranslate2_export(venv, project):
+    directory = project["dir"]
+    lines = (directory / "predictions.txt").read_text(encoding="utf-8").splitlines()
+    plain = directory / "plain.txt"
+    plain.write_text("".join(line.split(" ||| ", 1)[1] + "\n" for line in lines), encoding="utf-8")
+    scores = directory / "scores.txt"
+    succeeded(run_py(venv, "score", "--config", project["config"], "--features_file",
+                     project["source"], "--predictions_file", plain, "--output_file", scores,
+                     env=jax_env()))
+    # (score's negative log-likelihood counts </s>; infer's log-probability too: the same sum)
+    for scored, line in zip(scores.read_text(encoding="utf-8").splitlines(), lines, strict=True):
+        assert abs(float(scored.split(" ||| ")[0]) + float(line.split(" ||| ")[0])) < 1e-3
+    evaluated = succeeded(run_py(venv, "evaluate", "--predictions_file", plain,
+                                 "--references_file", plain, env=jax_env()))
+    assert "BLEU = 100" in evaluated.stdout + evaluated.stderr
+    succeeded(run_py(venv, "average_checkpoints", "--config", project["config"], "--max_count",
+                     "2", "--output_dir", directory / "avg", env=jax_env()))
+    assert list((directory / "avg").glob("ckpt-30.index"))
+    succeeded(run_py(venv, "export", "--config", project["config"], "--format", "ctranslate2",
+                     "--output", directory / "ct2", env=jax_env()))
+    assert (directory / "ct2" / "model.bin").stat().st_size > 0
+
+
 def test_the_jax_checkpoint_exports_on_tensorflow_to_the_same_translations(project):
     """The SavedModel (exported here, TensorFlow backend) translates the raw sentences as the
     JAX infer did: the same pieces detokenized, log-probabilities within 1e-4."""
