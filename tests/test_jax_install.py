@@ -156,6 +156,25 @@ def one_error_line(completed):
     return errors[0]
 
 
+def pins(path):
+    """{normalized name: version} of a requirements file's `name==version` lines."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            found[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return found
+
+
+def test_requirements_jax_pins_the_versions_of_requirements_txt_without_tensorflow():
+    jax_pins, full_pins = pins(REQUIREMENTS), pins(ROOT / "requirements.txt")
+    assert not [name for name in jax_pins if name.startswith("tensorflow")]  # (nor -text)
+    shared = set(jax_pins) & set(full_pins)
+    assert {"keras", "jax", "jaxlib", "numpy", "sentencepiece", "pyonmttok"} <= shared
+    assert {name: jax_pins[name] for name in shared} == {name: full_pins[name] for name in shared}
+
+
 # The steps run in this order (pytest keeps a module's order); each later one needs the earlier.
 
 def test_tensorflow_cannot_be_imported_there(venv):
