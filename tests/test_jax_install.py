@@ -42,8 +42,9 @@ def cache_root():
 
 
 def environment_key():
-    """What the environment depends on: requirements-jax.txt and the Python that runs it."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes())
+    """What the environment depends on: requirements-jax.txt's pins (not its comments) and the
+    Python that runs it."""
+    digest = hashlib.sha256(json.dumps(sorted(pins(REQUIREMENTS).items())).encode())
     digest.update(f"{platform.python_version()} {sys.base_prefix}".encode())
     return digest.hexdigest()[:16]
 
@@ -258,6 +259,8 @@ def test_what_needs_tensorflow_says_so(venv, project):
                                  project["dir"] / "refused", env=jax_env()))
     assert "export --format saved_model needs TensorFlow" in line
     assert not (project["dir"] / "refused").exists()
+    line = one_error_line(run_py(venv, "serve", "--config", project["config"], env=jax_env()))
+    assert line.startswith("error: serve needs starlette, uvicorn, prometheus_client")
 
 
 def test_score_evaluate_average_checkpoints_and_ctranslate2_export(venv, project):
