@@ -19,6 +19,8 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, ROOT)
@@ -93,7 +95,7 @@ def main():
             phases[name] += seconds / steps
     update = phases["forward_backward"] + phases["apply"] + phases["assign"]
     print(json.dumps({
-        "backend": "jax", "model_parameters": sum(int(v.size) for v in model.trainable_weights),
+        "backend": "jax", "model_parameters": sum(int(np.prod(v.shape)) for v in model.trainable_weights),
         "batches_per_update": len(batches), "tokens_per_update": tokens,
         "seconds_per_update": update, "tokens_per_sec": tokens / update,
         "phases_seconds": phases, "backward_seconds": phases["forward_backward"] - phases["forward"],
