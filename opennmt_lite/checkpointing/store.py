@@ -141,8 +141,9 @@ def _note_state_file(directory, prefix):
 
 
 def _state_file_checkpoint(path):
-    """The `model_checkpoint_path` that TensorFlow's `checkpoint` state file names (a text
-    protobuf); ValueError if it does not parse."""
+    """The `model_checkpoint_path` that TensorFlow's `checkpoint` state file `path` names (a
+    text protobuf), relative to the file's folder, as TensorFlow gives it; ValueError if it does
+    not parse."""
     if TENSORFLOW:
         return tf.train.get_checkpoint_state(os.path.dirname(path)).model_checkpoint_path
     with open(path, encoding="utf-8") as stream:
@@ -154,7 +155,7 @@ def _state_file_checkpoint(path):
     named = re.search(r'model_checkpoint_path\s*:\s*"((?:[^"\\]|\\.)*)"', text)
     if named is None:
         raise ValueError(f"{path} names no checkpoint")
-    return named.group(1)
+    return os.path.join(os.path.dirname(path), named.group(1))  # (absolute stays absolute)
 
 
 def latest(model_dir):
