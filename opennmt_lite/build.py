@@ -339,7 +339,7 @@ def inference_input(features_file, infer_config, assets, data=None):
 def evaluator(config, transformer, assets, current_step=0):
     """The periodic evaluator of a training run (validation loss, scorers, early stopping);
     its translations are greedy (beam 1), bounded by params.maximum_decoding_length."""
-    from opennmt_lite.inference.decoding import DecodingOptions
+    from opennmt_lite.inference.options import DecodingOptions
     from opennmt_lite.inference.evaluation import Evaluator
 
     return Evaluator(
@@ -582,7 +582,7 @@ def decoding_options(params, infer_config, beam_width=None, n_best=None, seed=0)
     """The `DecodingOptions` of the `params` and `infer` sections (each option is the key of the
     same name, `n_best` in `infer`, the others in `params`); `beam_width` / `n_best` (command-line
     values) override them. `seed`: of random sampling (the commands pass train.seed or --seed)."""
-    from opennmt_lite.inference.decoding import DecodingOptions
+    from opennmt_lite.inference.options import DecodingOptions
 
     overrides = {"beam_width": beam_width, "n_best": n_best}
     values = {"seed": seed}

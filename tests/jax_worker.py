@@ -13,9 +13,11 @@ does that from a test and loads the results. The jobs:
   batch: `fixture_values` (encoder outputs per layer, logits, alignment, incremental steps);
 - `decoding`: the fixture's 100 test sentences translated by the portable loop under `jax.jit`
   with the settings of `DECODINGS` (results.json: {name: [[score, pieces, length], ...]}, n_best
-  lines per sentence).
+  lines per sentence);
 - `training`: tests/jax_training_case.py's updates by the JAX train step (arrays `loss` [updates],
-  `learning_rate` [updates], the trained weights `weight/<name>`).
+  `learning_rate` [updates], the trained weights `weight/<name>`);
+- `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
+  process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`.
 """
 
 import json
@@ -158,7 +160,8 @@ def fixture_translations(batch_size=16, maximum_length=250):
             for row, tokens in enumerate(chunk):
                 ids[row, :len(tokens)] = source_vocab.lookup(tokens)
                 lengths[row] = len(tokens)
-            tokens, hyp_lengths, scores = translate(ids, lengths)
+            result = translate(ids, lengths)
+            tokens, hyp_lengths, scores = result.ids, result.lengths, result.log_probs
             for row in range(len(chunk)):
                 for hypothesis in range(tokens.shape[1]):
                     length = int(hyp_lengths[row, hypothesis])
@@ -185,6 +188,62 @@ def training_values():
     values = {"loss": np.array(losses, np.float32), "learning_rate": np.array(rates, np.float32)}
     for name, variable in named_trainable(model).items():
         values[f"weight/{name}"] = np.asarray(variable.value)
+    return values
+
+
+def run_commands(commands):
+    """{name: {"status": exit status, "stdout": ..., "stderr": ...}} of `run.main(argv)` for each
+    of `commands` ({name: argv}), in order, in this process."""
+    import contextlib
+    import io
+
+    import run as run_py
+
+    results = {}
+    for name, argv in commands.items():
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            status = run_py.main(argv)
+        results[name] = {"status": status, "stdout": out.getvalue(), "stderr": err.getvalue()}
+    return results
+
+
+# Random sampling's draws checked against their distribution (tests/test_jax_commands.py): the
+# fixture's first test sentence, copied, decoded one step with these options.
+SAMPLING_DRAWS = {
+    "greedy": (2048, dict(beam_width=1, sampling_topk=5, sampling_temperature=0.7, seed=11)),
+    "beam4": (512, dict(beam_width=4, n_best=4, sampling_topk=5, sampling_temperature=0.7,
+                        seed=11)),
+}
+
+
+def sampling_draws(translation_function, options_class):
+    """{name/tokens: [copies, n_best] the first token drawn (`</s>` included), name/scores: their
+    log-probabilities, log_probs: [vocab] the model's first step over the sentence}, with the
+    backend's `translation_function` and `SAMPLING_DRAWS`' options, maximum_decoding_length 1."""
+    import keras
+
+    from opennmt_lite.data.vocab import Vocabulary
+    from opennmt_lite.inference.options import END_ID, START_ID
+
+    fixture = TESTS / "fixtures" / "onmt_tf_relative"
+    model = fixture_model()
+    sentence = (fixture / "test.first8.tok.en").read_text(encoding="utf-8").split("\n")[0].split()
+    ids = np.asarray(Vocabulary.from_file(fixture / "src-vocab.txt").lookup(sentence), np.int32)
+    memory = model.encode(ids[None], np.array([len(ids)], np.int32))
+    state = model.decoder.initial_state(memory, np.array([len(ids)], np.int32))
+    logits, _, _ = model.decoder.step(model.target_inputter(np.array([START_ID], np.int32)), 0,
+                                      state)
+    values = {"log_probs": keras.ops.convert_to_numpy(keras.ops.log_softmax(logits[0]))}
+    for name, (copies, options) in SAMPLING_DRAWS.items():
+        translate = translation_function(model, options_class(maximum_decoding_length=1,
+                                                              **options))
+        result = translate(np.tile(ids, (copies, 1)), np.full([copies], len(ids), np.int32))
+        lengths = np.asarray(result.lengths)
+        first = np.asarray(result.ids)[:, :, :1]
+        first = first[..., 0] if first.shape[-1] else np.zeros(lengths.shape, np.int32)
+        values[f"{name}/tokens"] = np.where(lengths > 0, first, END_ID)
+        values[f"{name}/scores"] = np.asarray(result.log_probs)
     return values
 
 
@@ -218,6 +277,13 @@ def main(job, directory):
         arrays = training_values()
     elif job == "decoding":
         (directory / "results.json").write_text(json.dumps(fixture_translations()))
+    elif job == "commands":
+        from opennmt_lite.inference import portable_decoding
+        from opennmt_lite.inference.options import DecodingOptions
+
+        commands = json.loads((directory / "commands.json").read_text())
+        arrays = sampling_draws(portable_decoding.translation_function, DecodingOptions)
+        (directory / "results.json").write_text(json.dumps(run_commands(commands)))
     else:
         raise SystemExit(f"unknown job {job!r}")
     np.savez(directory / "arrays.npz", **arrays)

@@ -94,3 +94,45 @@ def test_selected_backend_follows_keras_json_then_the_variable(tmp_path, monkeyp
     (tmp_path / "keras.json").write_text("{not json")
     monkeypatch.delenv("KERAS_BACKEND")
     assert keras_backend.selected() == "tensorflow"
+
+
+# The modules that are TensorFlow's own: the TensorFlow backend's decoding loop and train step,
+# SavedModel and TFLite export (and the int8 weights of TFLite). Every other module of the
+# package imports without TensorFlow (what it needs of TensorFlow, it imports where it uses it).
+TENSORFLOW_MODULES = {
+    "opennmt_lite.inference.decoding", "opennmt_lite.training.step",
+    "opennmt_lite.export.saved_model", "opennmt_lite.export.tflite",
+    "opennmt_lite.export.int8_weights",
+}
+IMPORT_ALL = """
+import importlib, json, sys, traceback
+sys.modules["tensorflow"] = None
+failed = {}
+for name in json.loads(sys.argv[1]):
+    try:
+        importlib.import_module(name)
+    except ImportError as error:
+        failed[name] = "".join(traceback.format_exception_only(error)).strip()
+print(json.dumps(failed))
+"""
+
+
+def package_modules():
+    names = []
+    for path in sorted((ROOT / "opennmt_lite").rglob("*.py")):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def test_every_module_but_tensorflows_own_imports_without_tensorflow():
+    import json
+
+    names = [name for name in package_modules() if name not in TENSORFLOW_MODULES
+             and name != "opennmt_lite.__main__"]
+    completed = subprocess.run([sys.executable, "-c", IMPORT_ALL, json.dumps(names)],
+                               cwd=str(ROOT), capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu"))
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == {}
+    assert len(names) > 100

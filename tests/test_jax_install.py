@@ -11,7 +11,6 @@ reuses it. The test's own cost is kept low: a 1-layer 32-unit model, 300 trainin
 300-piece SentencePiece models, 30 steps, 6 sentences translated.
 """
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -43,8 +42,9 @@ def cache_root():
 
 
 def environment_key():
-    """What the environment depends on: requirements-jax.txt and the Python that runs it."""
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes())
+    """What the environment depends on: requirements-jax.txt's pins (not its comments) and the
+    Python that runs it."""
+    digest = hashlib.sha256(json.dumps(sorted(pins(REQUIREMENTS).items())).encode())
     digest.update(f"{platform.python_version()} {sys.base_prefix}".encode())
     return digest.hexdigest()[:16]
 
@@ -66,7 +66,26 @@ def jax_environment():
                  "-r", str(REQUIREMENTS)], capture_output=True, text=True, timeout=1500)
             assert install.returncode == 0, install.stderr[-4000:]
             ready.write_text(REQUIREMENTS.read_text())
+        ready.touch()  # (its time: when the environment was last used)
+    remove_stale(root, keep=directory)
     return python
+
+
+def remove_stale(root, keep, days=14):
+    """Removes the environments of other requirements files unused for `days` (each 1 GB)."""
+    import time
+
+    for other in root.glob("jax-*"):
+        ready = other / "ready"
+        if other == keep or not other.is_dir():
+            continue
+        if not ready.exists() or time.time() - ready.stat().st_mtime > days * 86400:
+            with open(root / f"{other.name}.lock", "w") as lock:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # (being built or used right now)
+                    continue
+                shutil.rmtree(other, ignore_errors=True)
 
 
 def jax_env():
@@ -109,7 +128,8 @@ def project(tmp_path_factory):
         "train": {"batch_type": "tokens", "batch_size": 512, "effective_batch_size": 512,
                   "length_bucket_width": 1, "maximum_features_length": 40,
                   "maximum_labels_length": 40, "max_step": 20, "save_checkpoints_steps": 10,
-                  "save_summary_steps": 10, "keep_checkpoint_max": 5, "seed": 7},
+                  "save_summary_steps": 10, "keep_checkpoint_max": 5, "seed": 7,
+                  "xla_shapes": 2},  # (2 compiled train steps; the resumed run loads them)
         "eval": {"steps": 0},
     }
     (directory / "config.yml").write_text(yaml.safe_dump(config))
@@ -135,6 +155,25 @@ def one_error_line(completed):
     assert completed.returncode == 2 and len(errors) == 1, completed.stderr[-3000:]
     assert "Traceback" not in completed.stderr
     return errors[0]
+
+
+def pins(path):
+    """{normalized name: version} of a requirements file's `name==version` lines."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            name, version = line.split("==")
+            found[re.sub(r"[-_.]+", "-", name).lower()] = version
+    return found
+
+
+def test_requirements_jax_pins_the_versions_of_requirements_txt_without_tensorflow():
+    jax_pins, full_pins = pins(REQUIREMENTS), pins(ROOT / "requirements.txt")
+    assert not [name for name in jax_pins if name.startswith("tensorflow")]  # (nor -text)
+    shared = set(jax_pins) & set(full_pins)
+    assert {"keras", "jax", "jaxlib", "numpy", "sentencepiece", "pyonmttok"} <= shared
+    assert {name: jax_pins[name] for name in shared} == {name: full_pins[name] for name in shared}
 
 
 # The steps run in this order (pytest keeps a module's order); each later one needs the earlier.
@@ -181,6 +220,8 @@ def test_train_20_steps_then_resume_to_30(venv, project):
     resumed = succeeded(run_py(venv, "train", "--config", project["config"], project["more_steps"],
                                env=jax_env()))
     assert "ckpt-20" in resumed.stderr  # (restored from it)
+    # TensorBoard's scalars, written without TensorFlow
+    assert list(project["run"].glob("events.out.tfevents.*"))
     last = store.latest(str(project["run"]))
     assert last.endswith("ckpt-30"), last
     before, after = tf.train.load_checkpoint(first), tf.train.load_checkpoint(last)
@@ -218,6 +259,40 @@ def test_what_needs_tensorflow_says_so(venv, project):
                                  project["dir"] / "refused", env=jax_env()))
     assert "export --format saved_model needs TensorFlow" in line
     assert not (project["dir"] / "refused").exists()
+    line = one_error_line(run_py(venv, "serve", "--config", project["config"], env=jax_env()))
+    assert line.startswith("error: serve needs starlette, uvicorn, prometheus_client")
+
+
+def test_score_evaluate_average_checkpoints_and_ctranslate2_export(venv, project):
+    directory = project["dir"]
+    lines = (directory / "predictions.txt").read_text(encoding="utf-8").splitlines()
+    plain = directory / "plain.txt"
+    plain.write_text("".join(line.split(" ||| ", 1)[1] + "\n" for line in lines), encoding="utf-8")
+    scores = directory / "scores.txt"
+    succeeded(run_py(venv, "score", "--config", project["config"], "--features_file",
+                     project["source"], "--predictions_file", plain, "--output_file", scores,
+                     env=jax_env()))
+    # The same file scored by the TensorFlow backend (this process) from the same checkpoint.
+    import run
+
+    tf_scores = directory / "tf_scores.txt"
+    assert run.main(["score", "--config", project["config"], "--features_file", project["source"],
+                     "--predictions_file", str(plain), "--output_file", str(tf_scores)]) == 0
+    jax_lines = scores.read_text(encoding="utf-8").splitlines()
+    tf_lines = tf_scores.read_text(encoding="utf-8").splitlines()
+    assert len(jax_lines) == len(tf_lines) == SENTENCES
+    for ours, theirs in zip(jax_lines, tf_lines):
+        (nll, pieces), (tf_nll, tf_pieces) = ours.split(" ||| "), theirs.split(" ||| ")
+        assert pieces == tf_pieces and 0 < float(nll) and abs(float(nll) - float(tf_nll)) < 1e-4
+    evaluated = succeeded(run_py(venv, "evaluate", "--predictions_file", plain,
+                                 "--references_file", plain, env=jax_env()))
+    assert evaluated.stdout.splitlines()[:2] == ["BLEU: 100.0", "chrF: 100.0"]
+    succeeded(run_py(venv, "average_checkpoints", "--config", project["config"], "--max_count",
+                     "2", "--output_dir", directory / "avg", env=jax_env()))
+    assert list((directory / "avg").glob("ckpt-30.index"))
+    succeeded(run_py(venv, "export", "--config", project["config"], "--format", "ctranslate2",
+                     "--output", directory / "ct2", env=jax_env()))
+    assert (directory / "ct2" / "model.bin").stat().st_size > 0
 
 
 def test_the_jax_checkpoint_exports_on_tensorflow_to_the_same_translations(project):

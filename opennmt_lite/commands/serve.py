@@ -20,6 +20,15 @@ def add_arguments(parser):
 
 
 def run(args, config):
+    import importlib.util
+
+    from opennmt_lite.errors import UserError
+
+    missing = [name for name in ("starlette", "uvicorn", "prometheus_client")
+               if importlib.util.find_spec(name) is None]
+    if missing:  # (requirements-jax.txt leaves the server out)
+        raise UserError(f"serve needs {', '.join(missing)}, not installed: install "
+                        "requirements.txt (requirements-jax.txt leaves the server out)")
     from opennmt_lite.serving.runner import serve
 
     serve(config, args.host, args.port)

@@ -19,16 +19,24 @@ with other `data.target_sequence_controls` these are the first rows the decoder 
 """
 
 import numpy as np
-import tensorflow as tf
 
-from opennmt_lite.data import batch_signature
+from opennmt_lite import keras_backend
 from opennmt_lite.data.corpus import num_controls
 from opennmt_lite.inference.translate import format_alignment
 
+# The keys of a scoring batch the model reads.
+BATCH_KEYS = ("source_ids", "source_length", "target_ids_in", "target_ids_out", "target_length")
+
 
 def score_function(model, details=False):
-    """A traced function: batch -> per-example negative log-likelihood [B] (float32); with
-    `details`, (NLL [B], token cross-entropies [B, T], alignment [B, T, S]), float32."""
+    """A compiled function: batch -> per-example negative log-likelihood [B] (float32); with
+    `details`, (NLL [B], token cross-entropies [B, T], alignment [B, T, S]), float32; a
+    tf.function on Keras' TensorFlow backend, `jax.jit` on JAX (`jax_score_function`)."""
+    if keras_backend.selected() == "jax":
+        return jax_score_function(model, details)
+    import tensorflow as tf
+
+    from opennmt_lite.data import batch_signature
 
     def nll(batch):
         logits, attention = model(batch, training=False)
@@ -43,6 +51,55 @@ def score_function(model, details=False):
     return tf.function(nll, input_signature=[batch_signature()])
 
 
+def jax_score_function(model, details=False):
+    """`score_function` on Keras' JAX backend: the same sums in keras.ops under `jax.jit`, the
+    model's weights passed in; each batch padded to `portable_decoding.padded_size` rows and
+    lengths (padded rows and positions masked) so that few shapes compile, the results cut back
+    to the batch's own shape. Returns NumPy arrays."""
+    import jax
+    import keras
+    from keras import ops
+
+    from opennmt_lite.inference.portable_decoding import padded_size
+
+    variables = model.trainable_variables + model.non_trainable_variables
+
+    @jax.jit
+    def run(values, batch):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            logits, attention = model(batch, training=False)
+        log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
+        targets = ops.expand_dims(ops.cast(batch["target_ids_out"], "int32"), -1)
+        cross_entropy = -ops.squeeze(ops.take_along_axis(log_probs, targets, axis=-1), -1)
+        positions = ops.arange(cross_entropy.shape[1], dtype="int32")
+        mask = ops.cast(ops.expand_dims(positions, 0) < ops.expand_dims(batch["target_length"], 1),
+                        "float32")
+        return ops.sum(cross_entropy * mask, axis=1), cross_entropy, ops.cast(attention, "float32")
+
+    def nll(batch):
+        rows, source_time = np.shape(batch["source_ids"])
+        target_time = np.shape(batch["target_ids_in"])[1]
+        sizes = (padded_size(rows), padded_size(source_time, 8), padded_size(target_time, 8))
+        padded = {}
+        for name in BATCH_KEYS:
+            value = np.asarray(batch[name], np.int32)
+            if value.ndim == 1:  # lengths: 1 in padded rows (one masked position)
+                padded[name] = np.ones([sizes[0]], np.int32)
+                padded[name][:rows] = value
+            else:
+                width = sizes[1] if name == "source_ids" else sizes[2]
+                padded[name] = np.zeros([sizes[0], width], np.int32)
+                padded[name][:rows, :value.shape[1]] = value
+        scores, cross_entropy, attention = (
+            np.asarray(value) for value in run([v.value for v in variables], padded))
+        if not details:
+            return scores[:rows]
+        return (scores[:rows], cross_entropy[:rows, :target_time],
+                attention[:rows, :target_time, :source_time])
+
+    return nll
+
+
 def score_pairs(model, evaluation_input, details=False):
     """Negative log-likelihood of every pair of a built `EvaluationInput`, in file order
     (a float64 array of the float32 sums). With `details`, (scores, token_scores, alignments):
@@ -53,11 +110,11 @@ def score_pairs(model, evaluation_input, details=False):
     scores = np.zeros(count, dtype=np.float64)
     token_scores, alignments = [None] * count, [None] * count
     for batch in evaluation_input.numpy_batches():
-        values = compute({key: batch[key] for key in batch_signature()})
+        values = compute({key: batch[key] for key in BATCH_KEYS})
         if not details:
-            scores[batch["index"]] = values.numpy()
+            scores[batch["index"]] = np.asarray(values)
             continue
-        values, cross_entropy, attention = (value.numpy() for value in values)
+        values, cross_entropy, attention = (np.asarray(value) for value in values)
         scores[batch["index"]] = values
         # (OpenNMT-tf's length without the special tokens: the target's pieces, the rows kept)
         pieces = batch["target_length"] + 1 - num_controls(evaluation_input.corpus.target_controls)

@@ -19,16 +19,36 @@ import logging
 import sys
 
 import numpy as np
-import tensorflow as tf
 from tqdm import tqdm
 
-from opennmt_lite.inference.decoding import translation_function
+from opennmt_lite import keras_backend
 
 logger = logging.getLogger("opennmt_lite")
 
 
-# What running out of memory raises (TensorFlow's allocators, NumPy).
-MEMORY_ERRORS = (tf.errors.ResourceExhaustedError, MemoryError)
+def translation_function(model, options, return_attention=False):
+    """The decoding function of the Keras backend in use: `decoding.translation_function` (a
+    tf.function) on TensorFlow, `portable_decoding.translation_function` (jax.jit) on JAX; both
+    (source_ids, source_length) -> DecodingResult."""
+    if keras_backend.selected() == "jax":
+        from opennmt_lite.inference import portable_decoding
+
+        return portable_decoding.translation_function(model, options, return_attention)
+    from opennmt_lite.inference import decoding
+
+    return decoding.translation_function(model, options, return_attention)
+
+
+def out_of_memory(error):
+    """Whether `error` is running out of memory: NumPy's MemoryError, TensorFlow's
+    ResourceExhaustedError, or XLA's RESOURCE_EXHAUSTED status (JAX's runtime error)."""
+    if isinstance(error, MemoryError):
+        return True
+    tf = sys.modules.get("tensorflow")
+    if tf is not None and isinstance(error, tf.errors.ResourceExhaustedError):
+        return True
+    return type(error).__name__ in ("XlaRuntimeError", "JaxRuntimeError") and (
+        "RESOURCE_EXHAUSTED" in str(error))
 
 
 def translate_file(model, assets, inference_input, options, progress=True, alignments=None,
@@ -56,9 +76,10 @@ def translate_file(model, assets, inference_input, options, progress=True, align
     failed = []
     for batch in batches:
         for rows, output in _decode_batch(decode, batch, failed):
-            ids, lengths, scores = (output.ids.numpy(), output.lengths.numpy(), output.log_probs.numpy())
+            ids, lengths, scores = (np.asarray(output.ids), np.asarray(output.lengths),
+                                    np.asarray(output.log_probs))
             # (OpenNMT-tf's alignment: what it prints and replaces unknown targets with)
-            attention = None if output.onmt_attention is None else output.onmt_attention.numpy()
+            attention = None if output.onmt_attention is None else np.asarray(output.onmt_attention)
             for row, index in enumerate(batch["index"][rows]):
                 hypotheses = []
                 for k in range(ids.shape[1]):
@@ -85,7 +106,8 @@ def translate_file(model, assets, inference_input, options, progress=True, align
 
 
 def decoding_function(model, options, alignments=None):
-    """The tf.function `translate_file` decodes with for `options` and `alignments`."""
+    """The function `translate_file` decodes with for `options` and `alignments` (compiled for
+    the Keras backend in use: `translation_function`)."""
     needs_attention = bool(alignments or options.replace_unknown_target)
     return translation_function(model, options, return_attention=needs_attention)
 
@@ -95,7 +117,9 @@ def _decode_batch(decode, batch, failed):
     memory) line by line; the file index of a line that does not fit alone is added to `failed`."""
     try:
         return [(np.arange(len(batch["index"])), decode(batch["source_ids"], batch["source_length"]))]
-    except MEMORY_ERRORS:
+    except Exception as error:  # noqa: BLE001 (only running out of memory is handled)
+        if not out_of_memory(error):
+            raise
         if len(batch["index"]) == 1:
             failed.append(int(batch["index"][0]))
             return []
@@ -106,7 +130,9 @@ def _decode_batch(decode, batch, failed):
         ids = batch["source_ids"][row:row + 1, :max(length, 1)]
         try:
             outputs.append((np.array([row]), decode(ids, batch["source_length"][row:row + 1])))
-        except MEMORY_ERRORS:
+        except Exception as error:  # noqa: BLE001 (only running out of memory is handled)
+            if not out_of_memory(error):
+                raise
             failed.append(int(batch["index"][row]))
     return outputs
 
