@@ -138,11 +138,13 @@ def wait_for_step(model_dir, step, process, timeout=600):
     path = os.path.join(model_dir, "metrics.jsonl")
     deadline = time.time() + timeout
     while time.time() < deadline and process.poll() is None:
-        if os.path.exists(path):
-            steps = list(reported_losses(model_dir))
-            if steps and steps[-1] >= step:
-                return steps[-1]
-        time.sleep(0.02)
+        try:
+            steps = list(reported_losses(model_dir)) if os.path.exists(path) else []
+        except ValueError:  # (a line being written)
+            steps = []
+        if steps and steps[-1] >= step:
+            return steps[-1]
+        time.sleep(0.005)  # (compiled programs cached, an update takes milliseconds)
     raise AssertionError(f"step {step} not reached (exit code {process.poll()})")
 
 

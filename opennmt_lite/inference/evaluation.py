@@ -25,6 +25,7 @@ import sacrebleu
 
 from opennmt_lite.config import LOWER_IS_BETTER
 from opennmt_lite.data import batch_signature, read_lines
+from opennmt_lite.data.pipeline import TRAINING_KEYS
 from opennmt_lite.layers.fast_paths import TENSORFLOW
 from opennmt_lite.outputs import describe
 from opennmt_lite.training.losses import cross_entropy_sequence_loss
@@ -199,7 +200,7 @@ class Evaluator:
         """{"step", "loss", "perplexity", and each scorer} of the model as it is now."""
         loss_sum, tokens = 0.0, 0.0
         for batch in self.input.numpy_batches():
-            batch_loss, batch_tokens = self._loss({k: batch[k] for k in batch_signature()})
+            batch_loss, batch_tokens = self._loss({k: batch[k] for k in TRAINING_KEYS})
             loss_sum += float(batch_loss)
             tokens += float(batch_tokens)
         loss = loss_sum / max(tokens, 1.0)
