@@ -17,7 +17,8 @@ does that from a test and loads the results. The jobs:
 - `training`: tests/jax_training_case.py's updates by the JAX train step (arrays `loss` [updates],
   `learning_rate` [updates], the trained weights `weight/<name>`);
 - `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
-  process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`.
+  process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`, with
+  TensorFlow made unimportable (as in an install without it).
 """
 
 import json
@@ -248,6 +249,8 @@ def sampling_draws(translation_function, options_class):
 
 
 def main(job, directory):
+    if job == "commands":  # (as where TensorFlow is not installed: `import tensorflow` fails)
+        sys.modules["tensorflow"] = None
     import keras
 
     assert keras.backend.backend() == "jax", keras.backend.backend()
@@ -283,6 +286,9 @@ def main(job, directory):
 
         commands = json.loads((directory / "commands.json").read_text())
         arrays = sampling_draws(portable_decoding.translation_function, DecodingOptions)
+        # (still None: nothing put a TensorFlow module in its place)
+        arrays["tensorflow_unimportable"] = np.array("tensorflow" in sys.modules
+                                                     and sys.modules["tensorflow"] is None)
         (directory / "results.json").write_text(json.dumps(run_commands(commands)))
     else:
         raise SystemExit(f"unknown job {job!r}")

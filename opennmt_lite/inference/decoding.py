@@ -10,8 +10,9 @@ Entry points:
 `DecodingOptions` is the one carrier of how to decode: `build.decoding_options` makes it from the
 config (`params`, `infer`, command-line overrides), and `infer`, evaluation, the SavedModel and
 the CTranslate2 export and decoding (`inference/ctranslate2.py: translate_options`) all take it.
-A new decoding option is a field here (with its check and its use in the loop), its key in
-`config.py`, and its CTranslate2 equivalent in `inference/ctranslate2.py`.
+A new decoding option is a field of `DecodingOptions` (`inference/options.py`, with its check),
+its use in this loop and in the portable one (`inference/portable_decoding.py`, Keras' JAX
+backend), its key in `config.py`, and its CTranslate2 equivalent in `inference/ctranslate2.py`.
 
 `model` needs `encode(ids, length)`, `target_inputter(ids)` and a `decoder` with
 `initial_state(memory, length)` and `step(inputs, step, state)` (see opennmt_lite.models).

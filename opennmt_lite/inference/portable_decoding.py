@@ -249,9 +249,13 @@ def padded_size(size, minimum=1):
     """The size a batch dimension is padded to: the smallest 2^k or 3 * 2^k, at least `minimum`,
     that holds `size` (at most half more; few shapes for `jax.jit` to compile)."""
     bucket = 1
-    while bucket < max(size, minimum):
-        bucket = bucket // 2 * 3 if bucket > 1 and bucket & (bucket - 1) == 0 else \
-            (bucket // 3 * 4 if bucket > 1 else 2)
+    while bucket < max(size, minimum):  # 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
+        if bucket == 1:
+            bucket = 2
+        elif bucket & (bucket - 1) == 0:  # 2^k -> 3 * 2^(k-1)
+            bucket = bucket // 2 * 3
+        else:  # 3 * 2^(k-1) -> 2^(k+1)
+            bucket = bucket // 3 * 4
     return bucket
 
 
