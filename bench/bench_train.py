@@ -2,6 +2,7 @@
 
     python bench/bench_train.py [--runs 3] [--steps 60] [--only onmt|lite]
                                 [--dtype float32 [mixed_bfloat16]] [--lite-extra "key=value ..."]
+                                [--backend tensorflow [jax]]
                                 [--benchmark bench/configs/sample_benchmark.yml]
 
 The measurement: both configs are rendered from bench/configs/train_benchmark.yml (the
@@ -14,6 +15,12 @@ run trains from scratch in a fresh process and a fresh model_dir:
 * OpenNMT-tf: bench/onmt_train.py (onmt-main ... --auto_config train, its log reports parsed);
 * opennmt-lite: `python run.py train --config <lite.yml>`; its trainer appends one JSON object
   per report to <model_dir>/metrics.jsonl (see bench/README.md for the exact contract).
+
+`--backend tensorflow jax` adds, for each --dtype, a side training the same config with
+KERAS_BACKEND=jax (training/jax_step.py; its batches in the XLA planner's `train.xla_shapes`
+shapes); with `--only lite` the TensorFlow side is then the ratio's baseline. The JAX side's
+runs share one persistent compilation cache (JAX_COMPILATION_CACHE_DIR in the run folder), so
+that only its first run compiles the step's shapes: the figure is the steady state.
 
 In both, the first report (warm-up, tracing, the step-1 checkpoint of OpenNMT-tf) is dropped and
 the median over the remaining reports is the run's figure (--statistic mean: their time-weighted
@@ -38,9 +45,10 @@ LITE, ONMT = harness.LITE, harness.ONMT
 LITE_ENTRY = os.path.join(ROOT, "run.py")
 
 
-def lite_side(dtype):
-    """The side name of opennmt-lite running in `dtype`, e.g. "opennmt-lite (float32)"."""
-    return f"{LITE} ({dtype})"
+def lite_side(dtype, backend="tensorflow"):
+    """The side name of opennmt-lite running in `dtype`, e.g. "opennmt-lite (float32)", or on
+    Keras' JAX backend "opennmt-lite JAX (float32)"."""
+    return f"{LITE}{' JAX' if backend == 'jax' else ''} ({dtype})"
 
 
 def common_config(benchmark, cache_dir, steps, summary_steps):
@@ -121,10 +129,11 @@ def apply_time_weighted_mean(result):
 
 def training_side(name, config, run_dir, drop_first=1, statistic="median",
                   keep_model_dirs=False, peak_dtype="float32", onmt_python=None,
-                  lite_entry=LITE_ENTRY):
+                  lite_entry=LITE_ENTRY, backend="tensorflow"):
     """A harness.Side that trains `config` (a dict; each run gets its own model_dir) from
     scratch: OpenNMT-tf (bench/onmt_train.py) with `onmt_python`, else opennmt-lite's
-    `lite_entry` (this checkout's run.py, or another checkout's: --lite-baseline)."""
+    `lite_entry` (this checkout's run.py, or another checkout's: --lite-baseline) on Keras'
+    `backend`."""
     label = harness.file_label(name)
 
     def model_dir(index):
@@ -136,7 +145,11 @@ def training_side(name, config, run_dir, drop_first=1, statistic="median",
         if onmt_python:
             return [onmt_python, os.path.join(BENCH_DIR, "onmt_train.py"), "--config", path,
                     "--drop-first", str(drop_first), "--work-dir", model_dir(index) + "-work"]
-        return [sys.executable, lite_entry, "train", "--config", path]
+        argv = [sys.executable, lite_entry, "train", "--config", path]
+        if backend == "jax":
+            cache = os.path.join(run_dir, "jax_cache")
+            argv = ["env", "KERAS_BACKEND=jax", f"JAX_COMPILATION_CACHE_DIR={cache}"] + argv
+        return argv
 
     def finish(record, index):
         if not onmt_python:  # opennmt-lite writes its reports to metrics.jsonl
@@ -176,6 +189,10 @@ def main(argv=None):
                         help='opennmt-lite config overrides, e.g. "train.jit_compile=true"')
     parser.add_argument("--keep-model-dirs", action="store_true")
     harness.add_lite_baseline_argument(parser)
+    parser.add_argument("--backend", choices=("tensorflow", "jax"), nargs="+",
+                        default=["tensorflow"],
+                        help="Keras backend(s) of the opennmt-lite sides, each a side of its own "
+                             "per --dtype (e.g. --backend tensorflow jax)")
     parser.add_argument(
         "--statistic", choices=("median", "mean"), default="median",
         help="per run: median of the kept reports, or their time-weighted mean (total tokens / "
@@ -185,6 +202,7 @@ def main(argv=None):
     benchmark = harness.load_yaml(args.benchmark)
     args.summary_steps = args.summary_steps or benchmark["train"].get("save_summary_steps", 5)
     args.dtype = list(dict.fromkeys(args.dtype))  # each dtype once, in the given order
+    args.backend = list(dict.fromkeys(args.backend))
     if args.steps // args.summary_steps <= args.drop_first:
         parser.error(f"--steps {args.steps} gives {args.steps // args.summary_steps} report(s) "
                      f"of {args.summary_steps} steps: nothing left after dropping "
@@ -213,7 +231,13 @@ def main(argv=None):
         harness.dump_yaml(dict(config, model_dir=None),
                           os.path.join(config_dir, f"lite-{dtype}.yml"))
         peak_dtype = "bfloat16" if "bfloat16" in dtype else "float32"
-        sides.append(training_side(lite_side(dtype), config, peak_dtype=peak_dtype, **options))
+        for backend in args.backend:
+            sides.append(training_side(lite_side(dtype, backend), config, peak_dtype=peak_dtype,
+                                       backend=backend, **options))
+            if backend == "jax":
+                configs[lite_side(dtype, backend)] = config
+        if args.only == "lite" and "jax" in args.backend and "tensorflow" in args.backend:
+            baselines.append(lite_side(dtype))
         if args.lite_baseline:
             name = harness.lite_checkout_side(args.lite_baseline, dtype)
             configs[name] = config

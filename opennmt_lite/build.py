@@ -263,8 +263,11 @@ def sequence_controls(data, sides=("source", "target")):
 
 
 def xla_compiles(train, strategy):
-    """Whether the train step is compiled with XLA: train.jit_compile on one device (TrainStep
-    leaves cross-device steps to TensorFlow's graphs)."""
+    """Whether the train step is compiled with XLA: always on Keras' JAX backend (jax.jit);
+    on TensorFlow, train.jit_compile on one device (TrainStep leaves cross-device steps to
+    TensorFlow's graphs)."""
+    if not fast_paths.TENSORFLOW:
+        return True
     return bool(train.jit_compile) and (strategy is None or strategy.num_replicas_in_sync == 1)
 
 
@@ -360,7 +363,7 @@ def guided_alignment(params, train, xla=False):
     """The `GuidedAlignment` of the `params` section (with the training batches' bucket padding,
     `bucket_padding`), or None (check_training has made sure that data.train_alignments comes
     with it)."""
-    from opennmt_lite.training.step import GuidedAlignment
+    from opennmt_lite.training.objective import GuidedAlignment
 
     if not params.guided_alignment_type:
         return None
@@ -465,7 +468,11 @@ def best_model_exporter(config, transformer, assets):
     """The function(directory, step) writing `transformer` (as it is when called) into an empty
     directory in the format eval.export_format names (OpenNMT-tf's exporter names), for export
     on best. A decoding option the format cannot run is refused now, before training."""
+    from opennmt_lite import keras_backend
+
     export_format = config.eval.export_format
+    if export_format == "saved_model" or export_format.startswith("tflite"):
+        keras_backend.require_tensorflow(f"eval.export_format {export_format}")
     if config.model.is_encoder_model and export_format == "saved_model":
         from opennmt_lite.export.encoder_models import export_encoder_model
 
@@ -547,14 +554,17 @@ def trainer(config, with_evaluation=None):
     """The `Trainer` of a config, with everything it needs built in the right order, restored
     from the latest checkpoint of model_dir (`Trainer.restore`). `with_evaluation` defaults to
     whether the config names evaluation files."""
-    from opennmt_lite.training.distribute import make_strategy
     from opennmt_lite.training.moving_average import MovingAverage
     from opennmt_lite.training.lock import prepare_model_dir
-    from opennmt_lite.training.step import TrainStep, configure_threads
     from opennmt_lite.training.trainer import Trainer
 
     config.check_training()
     train = config.train
+    if not fast_paths.TENSORFLOW:
+        return _jax_trainer(config, with_evaluation)
+    from opennmt_lite.training.distribute import make_strategy
+    from opennmt_lite.training.step import TrainStep, configure_threads
+
     sub_batches = train.sub_batches or cpu.default_sub_batches(train.num_devices,
                                                                train.jit_compile)
     # First, before TensorFlow starts: XLA's cache directory (read with XLA's flags, once), thread
@@ -601,6 +611,79 @@ def trainer(config, with_evaluation=None):
     if config.with_evaluation if with_evaluation is None else with_evaluation:
         if result.chief:
             result.evaluator = evaluator(config, transformer, built_assets, result.step)
+    return result
+
+
+def _check_jax_training(config):
+    """The training options that Keras' JAX backend does not run yet: one line each
+    (ConfigError, exit 2), before anything is built."""
+    train, params = config.train, config.params
+    if os.environ.get("TF_CONFIG"):
+        raise ConfigError("TF_CONFIG (multi-worker training) needs TensorFlow: unset it or run "
+                          "with KERAS_BACKEND=tensorflow")
+    if train.num_devices > 1:
+        raise ConfigError(f"train.num_devices: {train.num_devices} devices are not supported on "
+                          "the JAX backend yet: set 1 or run with KERAS_BACKEND=tensorflow")
+    if params.contrastive_learning:
+        raise ConfigError("params.contrastive_learning is not supported on the JAX backend yet: "
+                          "run with KERAS_BACKEND=tensorflow")
+    if train.sub_batches and train.sub_batches > 1:
+        logger.warning("train.sub_batches=%d is not used on the JAX backend (XLA runs one pass "
+                       "over all threads)", train.sub_batches)
+
+
+def use_jax_cache(model_dir):
+    """JAX's persistent compilation cache in <model_dir>/jax_cache: a resumed run, or a later
+    one on the same corpus, loads the compiled train step instead of compiling it again."""
+    import jax
+
+    if jax.config.jax_compilation_cache_dir:
+        return
+    directory = os.path.join(model_dir, "jax_cache")
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 1.0)
+    logger.info("JAX: compiled programs cached in %s", directory)
+
+
+def _jax_trainer(config, with_evaluation):
+    """`trainer` on Keras' JAX backend: the same objects, the train step of
+    training/jax_step.py, the batches in the few shapes of the XLA planner (`xla_compiles`)."""
+    from opennmt_lite.training.jax_step import JaxTrainStep
+    from opennmt_lite.training.lock import prepare_model_dir
+    from opennmt_lite.training.moving_average import MovingAverage
+    from opennmt_lite.training.trainer import Trainer
+
+    train = config.train
+    _check_jax_training(config)
+    prepare_model_dir(config.model_dir)
+    use_jax_cache(config.model_dir)
+    warn_surprises(train)
+    set_precision(train.dtype_policy)
+    keras.utils.set_random_seed(train.seed)
+    built_assets = assets(config.data)
+    transformer = model(config.model, built_assets)
+    freeze_embeddings(transformer, config.data)
+    freeze(transformer, config.params)
+    built_optimizer = optimizer(config.params, train.dtype_policy)
+    built_optimizer.build(transformer.trainable_variables)
+    moving_average = (MovingAverage(transformer, train.moving_average_decay)
+                      if train.moving_average_decay is not None else None)
+    inputs = training_inputs(config.data, train, built_assets, None)
+    step = JaxTrainStep(
+        transformer, built_optimizer, inputs[0].accum_steps,
+        label_smoothing=config.params.label_smoothing,
+        average_loss_in_time=config.params.average_loss_in_time,
+        regularization=regularization_scales(config.params),
+        clip_gradients=config.params.clip_gradients or None,
+        guided_alignment=guided_alignment(config.params, train, True),
+        mask_outliers=config.params.mask_loss_outliers,
+    )
+    result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, None,
+                     moving_average=moving_average)
+    if result.restore() is None:
+        load_embeddings(transformer, config.data, built_assets, train.seed)
+    if config.with_evaluation if with_evaluation is None else with_evaluation:
+        result.evaluator = evaluator(config, transformer, built_assets, result.step)
     return result
 
 

@@ -72,7 +72,9 @@ def _import_tensorflow():
     after the import, measured with TensorFlow 2.21, Keras 3.15, IPython 8.12, matplotlib 3.11).
     They are importable again afterwards (`inspect` draws with matplotlib; Keras imports h5py
     when it saves an .h5 file). -> the module."""
-    hidden = [name for name in _UNUSED_IMPORTS if name not in sys.modules]
+    # (JAX imports scipy: on Keras' JAX backend nothing is hidden)
+    jax = os.environ.get("KERAS_BACKEND", "tensorflow") == "jax"
+    hidden = [name for name in _UNUSED_IMPORTS if name not in sys.modules and not jax]
     for name in hidden:
         sys.modules[name] = None  # (None in sys.modules: `import name` raises ImportError)
     try:

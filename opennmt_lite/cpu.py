@@ -24,6 +24,7 @@ import logging
 import os
 import sys
 
+from opennmt_lite import keras_backend
 from opennmt_lite.errors import EnvironmentVariableError
 
 logger = logging.getLogger("opennmt_lite")
@@ -104,9 +105,18 @@ def cpu_features():
 
 @functools.lru_cache(maxsize=None)
 def _gpu_visible():
+    if keras_backend.selected() != "tensorflow":
+        return _jax_gpu()
     import tensorflow as tf  # here, not at import: the ISA parsing needs no TensorFlow
 
     return bool(tf.config.list_logical_devices("GPU"))
+
+
+def _jax_gpu():
+    """Whether JAX (Keras' JAX backend) computes on a GPU."""
+    import jax
+
+    return jax.default_backend() == "gpu"
 
 
 @functools.lru_cache(maxsize=None)
@@ -120,7 +130,10 @@ def _log_choice(path, reason):
 
 def gpu_present():
     """Whether TensorFlow finds a GPU. Physical devices: listing them does not start TensorFlow's
-    runtime, so the thread pools can still be configured afterwards."""
+    runtime, so the thread pools can still be configured afterwards. On Keras' JAX backend:
+    whether JAX computes on a GPU."""
+    if keras_backend.selected() != "tensorflow":
+        return _jax_gpu()
     import tensorflow as tf
 
     return bool(tf.config.list_physical_devices("GPU"))
@@ -166,7 +179,10 @@ def choose_training_kernels(mixed_precision, sub_batches=None, environ=None):
 
 
 def onednn_enabled():
-    """Whether this process' TensorFlow runs oneDNN's kernels (it decides at import)."""
+    """Whether this process' TensorFlow runs oneDNN's kernels (it decides at import); None on
+    another Keras backend."""
+    if keras_backend.selected() != "tensorflow":
+        return None
     try:
         from tensorflow.python.util import _pywrap_util_port
     except ImportError:  # (another TensorFlow build)

@@ -68,8 +68,8 @@ def require_tensorflow(what):
     name = selected()
     if name == "tensorflow" and tensorflow_installed():
         return
-    where = ("TensorFlow is not installed" if not tensorflow_installed()
-             else f"this process runs Keras' {name} backend")
+    where = (f"this process runs Keras' {name} backend" if name != "tensorflow"
+             else "TensorFlow is not installed")
     raise UserError(f"{what} needs TensorFlow ({where}): run it with KERAS_BACKEND=tensorflow on "
                     "an install from requirements.txt")
 

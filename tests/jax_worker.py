@@ -14,6 +14,8 @@ does that from a test and loads the results. The jobs:
 - `decoding`: the fixture's 100 test sentences translated by the portable loop under `jax.jit`
   with the settings of `DECODINGS` (results.json: {name: [[score, pieces, length], ...]}, n_best
   lines per sentence);
+- `training`: tests/jax_training_case.py's updates by the JAX train step (arrays `loss` [updates],
+  `learning_rate` [updates], the trained weights `weight/<name>`);
 - `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
   process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`, with
   TensorFlow made unimportable (as in an install without it).
@@ -170,6 +172,26 @@ def fixture_translations(batch_size=16, maximum_length=250):
     return results
 
 
+def training_values():
+    """{name: array} of tests/jax_training_case.py's run by `JaxTrainStep`."""
+    import jax_training_case as case
+    from opennmt_lite.checkpointing.names import named_trainable
+    from opennmt_lite.training.jax_step import JaxTrainStep
+
+    model = case.make_model()
+    optimizer = case.make_optimizer(model)
+    step = JaxTrainStep(model, optimizer, case.ACCUM_STEPS, label_smoothing=case.LABEL_SMOOTHING,
+                        clip_gradients=case.CLIP_GRADIENTS)
+    losses, rates = [], []
+    for group in case.groups():
+        rates.append(float(np.asarray(optimizer.learning_rate)))
+        losses.append(float(step((group,))["loss"]))
+    values = {"loss": np.array(losses, np.float32), "learning_rate": np.array(rates, np.float32)}
+    for name, variable in named_trainable(model).items():
+        values[f"weight/{name}"] = np.asarray(variable.value)
+    return values
+
+
 def run_commands(commands):
     """{name: {"status": exit status, "stdout": ..., "stderr": ...}} of `run.main(argv)` for each
     of `commands` ({name: argv}), in order, in this process."""
@@ -254,6 +276,8 @@ def main(job, directory):
         (directory / "results.json").write_text(json.dumps(results))
     elif job == "parity":
         arrays = fixture_values()
+    elif job == "training":
+        arrays = training_values()
     elif job == "decoding":
         (directory / "results.json").write_text(json.dumps(fixture_translations()))
     elif job == "commands":

@@ -29,12 +29,11 @@ def add_arguments(parser):
 
 
 def run(args, config):
-    import tensorflow as tf
-
-    from opennmt_lite import build
-    from opennmt_lite.export.saved_model import export_model
+    from opennmt_lite import build, keras_backend
     from opennmt_lite.outputs import check_directory, staged_directory, writing
 
+    if args.format != "ctranslate2":  # (CTranslate2's needs NumPy only: either backend)
+        keras_backend.require_tensorflow(f"export --format {args.format}")
     if config.model.is_encoder_model:
         return _export_encoder_model(args, config)
     if args.format != "ctranslate2" and (args.quantization or args.force):
@@ -49,6 +48,10 @@ def run(args, config):
                        "translations are not noised (run.py infer adds the noise)")
     if args.format == "ctranslate2":
         return _export_ctranslate2(args, config)
+    import tensorflow as tf
+
+    from opennmt_lite.export.saved_model import export_model
+
     check_directory(args.output, "--output", force_option=None)  # (never overwritten)
     model, assets, _ = build.inference_model(config, args.checkpoint)
     options = build.decoding_options(config.params, config.infer, seed=config.train.seed)

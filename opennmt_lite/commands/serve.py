@@ -20,7 +20,16 @@ def add_arguments(parser):
 
 
 def run(args, config):
+    import importlib.util
+
     from opennmt_lite.config import ConfigError
+    from opennmt_lite.errors import UserError
+
+    missing = [name for name in ("starlette", "uvicorn", "prometheus_client")
+               if importlib.util.find_spec(name) is None]
+    if missing:  # (requirements-jax.txt leaves the server out)
+        raise UserError(f"serve needs {', '.join(missing)}, not installed: install "
+                        "requirements.txt (requirements-jax.txt leaves the server out)")
     from opennmt_lite.serving.runner import serve
 
     if config.model.is_encoder_model:  # (the server's API is OpenNMT-py's translation API)

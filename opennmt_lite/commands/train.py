@@ -31,8 +31,11 @@ def missing_vocabulary(data):
 
 
 def run(args, config):
-    from opennmt_lite import build
+    from opennmt_lite import build, keras_backend
     from opennmt_lite.outputs import writing
+
+    if os.environ.get("TF_CONFIG"):  # (MultiWorkerMirroredStrategy: TensorFlow's own)
+        keras_backend.require_tensorflow("multi-worker training (TF_CONFIG is set)")
     from opennmt_lite.training.distribute import is_chief_task
     from opennmt_lite.training.lock import model_dir_lock
 

@@ -22,13 +22,14 @@ import tempfile
 
 import numpy as np
 import sacrebleu
-import tensorflow as tf
 
 from opennmt_lite.config import LOWER_IS_BETTER
 from opennmt_lite.data import batch_signature, read_lines
-from opennmt_lite.inference.decoding import translation_function
+from opennmt_lite.data.pipeline import TRAINING_KEYS
+from opennmt_lite.layers.fast_paths import TENSORFLOW
 from opennmt_lite.outputs import describe
 from opennmt_lite.training.losses import cross_entropy_sequence_loss
+from opennmt_lite.training.summaries import create_writer
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -56,6 +57,65 @@ def detokenize(ids, length, assets, noise=None):
     return assets.target_tokenizer.detokenize(noise(tokens) if noise else tokens)
 
 
+def best_hypotheses(result):
+    """(ids [batch, time], lengths [batch]) NumPy of each sentence's best hypothesis, from a
+    decoding result: TensorFlow's DecodingResult of tensors, or the JAX loop's (a result with
+    NumPy `ids`/`lengths`, or the tuple (ids, lengths, log_probs))."""
+    ids, lengths = result[:2] if isinstance(result, tuple) else (result.ids, result.lengths)
+    ids, lengths = (np.asarray(x.numpy() if hasattr(x, "numpy") else x) for x in (ids, lengths))
+    return ids[:, 0], lengths[:, 0]
+
+
+def _padded(size, multiple):
+    return max(-(-int(size) // multiple) * multiple, multiple)
+
+
+def padded_sources(source_ids, source_length, time_multiple=16, rows_multiple=8):
+    """A source batch padded as `jax_loss_function` pads (extra rows: copies of the first)."""
+    rows, time = source_ids.shape
+    total = _padded(rows, rows_multiple)
+    ids = np.zeros((total, _padded(time, time_multiple)), source_ids.dtype)
+    ids[:rows, :time] = source_ids
+    ids[rows:, :time] = source_ids[:1]
+    lengths = np.concatenate([source_length, np.repeat(source_length[:1], total - rows)])
+    return ids, lengths
+
+
+def jax_loss_function(model, time_multiple=16, rows_multiple=8):
+    """The evaluation loss of a batch on Keras' JAX backend: (summed cross-entropy, target
+    tokens) by the model in inference mode, compiled by `jax.jit` once per padded shape (each
+    length rounded up to `time_multiple`, the rows to `rows_multiple`: few shapes whatever the
+    batches; the added rows copy the first example and weigh 0, so they add nothing)."""
+    import jax
+
+    trainable, non_trainable = model.trainable_variables, model.non_trainable_variables
+
+    @jax.jit
+    def summed(trainable_values, non_trainable_values, batch, weight):
+        (logits, _), _ = model.stateless_call(trainable_values, non_trainable_values, batch,
+                                              training=False)
+        return cross_entropy_sequence_loss(logits, batch["target_ids_out"], batch["target_length"],
+                                           example_weight=weight)
+
+    def call(batch):
+        rows = len(batch["source_length"])
+        total = _padded(rows, rows_multiple)
+        padded = {}
+        for name in ("source_ids", "source_length", "target_ids_in", "target_ids_out",
+                     "target_length"):
+            value = np.asarray(batch[name])
+            value = np.concatenate([value, np.repeat(value[:1], total - rows, axis=0)])
+            if value.ndim == 2:
+                value = np.pad(value, [(0, 0), (0, _padded(value.shape[1], time_multiple)
+                                                - value.shape[1])])
+            padded[name] = value
+        weight = (np.arange(total) < rows).astype(np.float32)
+        return summed([v.value for v in trainable], [v.value for v in non_trainable], padded,
+                      weight)
+
+    return call
+
+
 class Evaluator:
     """Evaluates a model on a built `EvaluationInput` every `eval_config.steps` steps (the `eval`
     section), writing under `directory`; its translations decode with `options` (a
@@ -74,10 +134,20 @@ class Evaluator:
         os.makedirs(self.directory, exist_ok=True)
         self.input = evaluation_input
         self.references = read_lines(references_file)
-        self._loss = tf.function(self._batch_loss, input_signature=[batch_signature()])
-        self._decode = translation_function(model, options)
+        if TENSORFLOW:
+            import tensorflow as tf
+
+            from opennmt_lite.inference.decoding import translation_function
+
+            self._loss = tf.function(self._batch_loss, input_signature=[batch_signature()])
+            self._decode = translation_function(model, options)
+        else:
+            from opennmt_lite.inference import portable_decoding
+
+            self._loss = jax_loss_function(model)
+            self._decode = portable_decoding.translation_function(model, options)
         self.options = options
-        self.writer = tf.summary.create_file_writer(self.directory)
+        self.writer = create_writer(self.directory)
         self.history_path = os.path.join(self.directory, "history.jsonl")
         self.history = self._read_history(current_step)
         self.export_on_best = eval_config.export_on_best if exporter is not None else None
@@ -109,8 +179,10 @@ class Evaluator:
         # draws at each evaluation)
         noise = self.options.token_noise()
         for batch in self.input.numpy_batches():
-            result = self._decode(batch["source_ids"], batch["source_length"])
-            ids, lengths = result.ids.numpy()[:, 0], result.lengths.numpy()[:, 0]
+            source_ids, source_length = batch["source_ids"], batch["source_length"]
+            if not TENSORFLOW:  # (few shapes for jax.jit: the rows after the batch's are cut)
+                source_ids, source_length = padded_sources(source_ids, source_length)
+            ids, lengths = best_hypotheses(self._decode(source_ids, source_length))
             for index, row, length in zip(batch["index"], ids, lengths):
                 predictions[int(index)] = detokenize(row, length, self.assets, noise)
         return predictions
@@ -128,7 +200,7 @@ class Evaluator:
         """{"step", "loss", "perplexity", and each scorer} of the model as it is now."""
         loss_sum, tokens = 0.0, 0.0
         for batch in self.input.numpy_batches():
-            batch_loss, batch_tokens = self._loss({k: batch[k] for k in batch_signature()})
+            batch_loss, batch_tokens = self._loss({k: batch[k] for k in TRAINING_KEYS})
             loss_sum += float(batch_loss)
             tokens += float(batch_tokens)
         loss = loss_sum / max(tokens, 1.0)
@@ -150,11 +222,9 @@ class Evaluator:
             "evaluation at step %d: %s", step,
             ", ".join(f"{k} = {v:.4f}" for k, v in metrics.items() if k != "step"),
         )
-        with self.writer.as_default(step=step):
-            for name, value in metrics.items():
-                if name != "step":
-                    tf.summary.scalar(f"metrics/{name}", value)
-        self.writer.flush()
+        if self.writer is not None:
+            self.writer.scalars(step, {f"metrics/{name}": value
+                                       for name, value in metrics.items() if name != "step"})
         with open(self.history_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(metrics) + "\n")
         self.history.append(metrics)

@@ -34,18 +34,24 @@ def given_target(tokens, vocabulary):
 
 def greedy_targets(model, source_ids, source_length, vocabulary, maximum_length):
     """The model's own greedy translations (at most `maximum_length` tokens each)."""
-    from opennmt_lite.inference.decoding import DecodingOptions, translate, translation_function
+    from opennmt_lite import keras_backend
+    from opennmt_lite.inference.options import DecodingOptions
+    from opennmt_lite.inference.translate import translation_function
 
     options = DecodingOptions(beam_width=1, maximum_decoding_length=maximum_length)
     # A long loop runs as a tf.function: tracing it costs seconds, but an eager loop of 90 steps
-    # through 6 layers takes minutes. A short one (the worked example) runs eagerly.
-    if maximum_length * len(model.decoder.layers) > EAGER_STEPS:
+    # through 6 layers takes minutes. A short one (the worked example) runs eagerly. On JAX the
+    # loop is always compiled (jax.jit).
+    if (keras_backend.selected() != "tensorflow"
+            or maximum_length * len(model.decoder.layers) > EAGER_STEPS):
         run = translation_function(model, options)
     else:
+        from opennmt_lite.inference.decoding import translate
+
         run = lambda ids, length: translate(model, ids, length, options)  # noqa: E731
     result = run(np.asarray(source_ids, np.int32), np.asarray(source_length, np.int32))
     targets = []
-    for ids, length in zip(result.ids.numpy()[:, 0], result.lengths.numpy()[:, 0]):
+    for ids, length in zip(np.asarray(result.ids)[:, 0], np.asarray(result.lengths)[:, 0]):
         ids = [int(i) for i in ids[:length]]
         finished = bool(length < maximum_length)  # else stopped at the maximum length, without </s>
         tokens = vocabulary.to_tokens(ids) + ([EOS_TOKEN] if finished else [])

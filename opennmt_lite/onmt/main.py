@@ -615,6 +615,9 @@ def main(argv=None):
     logging.getLogger("opennmt_lite").setLevel(getattr(logging, args.log_level))
 
     def run_type():
+        from opennmt_lite import keras_backend
+
+        keras_backend.require_tensorflow(f"{PROG} (OpenNMT-tf's command line)")
         refused = refusal(args)
         if refused is not None:
             raise refused

@@ -189,6 +189,12 @@ class SavedModelModel(Model):
     backend = "saved_model"
 
     def __init__(self, model_id, config, path):
+        from opennmt_lite import keras_backend
+
+        if not keras_backend.tensorflow_installed():  # (on either backend: TensorFlow's loader)
+            raise ModelLoadError("the saved_model backend needs TensorFlow, which is not "
+                                 "installed (an install from requirements-jax.txt): serve a "
+                                 "checkpoint or a CTranslate2 model instead")
         import tensorflow as tf
 
         super().__init__(model_id, config, path)

@@ -18,10 +18,12 @@ Keras' own update runs.
 """
 
 import keras
-import tensorflow as tf
 
 from opennmt_lite import PACKAGE
 from opennmt_lite.layers import fast_paths
+
+if fast_paths.TENSORFLOW:
+    import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -29,10 +31,12 @@ class Adam(keras.optimizers.Adam):
     """keras.optimizers.Adam whose update_step runs TensorFlow's fused ResourceApplyAdam."""
 
     def update_step(self, gradient, variable, learning_rate):
+        if self.amsgrad or not fast_paths.enabled():  # (always so on JAX)
+            return super().update_step(gradient, variable, learning_rate)
         index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
         plain = [_resource_variable(x) for x in (variable, m, v)]
-        if self.amsgrad or not fast_paths.enabled() or any(x is None for x in plain):
+        if any(x is None for x in plain):
             return super().update_step(gradient, variable, learning_rate)
         dtype = plain[0].dtype
         step = tf.cast(self.iterations + 1, dtype)

@@ -8,8 +8,6 @@ count is computed from the effective batch size over all replicas.
 import json
 import os
 
-import tensorflow as tf
-
 from opennmt_lite.errors import UserError
 
 
@@ -52,6 +50,8 @@ def parse_tf_config(text):
 def configure_devices(num_devices):
     """Makes `num_devices` devices available before TensorFlow starts: GPUs if there are enough,
     otherwise the CPU split into logical devices, at most one per core. Returns their names."""
+    import tensorflow as tf  # (tf.distribute's devices: the TensorFlow backend's only)
+
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
         if num_devices > len(gpus):
@@ -84,6 +84,8 @@ def configure_devices(num_devices):
 
 def make_strategy(num_devices=1):
     """None for plain single-device training, else the strategy to train under."""
+    import tensorflow as tf  # (tf.distribute: the TensorFlow backend's only)
+
     if os.environ.get("TF_CONFIG"):
         parse_tf_config(os.environ["TF_CONFIG"])
         return tf.distribute.MultiWorkerMirroredStrategy()

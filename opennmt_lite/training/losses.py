@@ -1,8 +1,19 @@
 """Token-level cross-entropy with label smoothing, the masking of outlier examples
 (`params.mask_loss_outliers`), the max-margin loss of contrastive learning and the guided-alignment
-cost, as OpenNMT-tf computes them."""
+cost, as OpenNMT-tf computes them.
 
-import tensorflow as tf
+Written in `keras.ops`, so that the same functions compute the loss on Keras' TensorFlow and JAX
+backends; only the label-smoothed cross-entropy has a TensorFlow form of its own (a custom
+gradient that saves memory and time, `_smoothed_cross_entropy`), the portable formula beside it
+(`_portable_smoothed_cross_entropy`) computing the same numbers within float rounding.
+"""
+
+from keras import ops
+
+from opennmt_lite.layers.fast_paths import TENSORFLOW
+
+if TENSORFLOW:
+    import tensorflow as tf
 
 
 def _smoothed_cross_entropy(logits, labels, label_smoothing):
@@ -72,9 +83,36 @@ def token_cross_entropy(logits, labels, sequence_length, label_smoothing=0.0, tr
     labels [batch, time], sequence_length [batch]. Label smoothing applies in training only, as in
     OpenNMT-tf."""
     smoothing = label_smoothing if training else 0.0
-    token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
-    mask = tf.sequence_mask(sequence_length, maxlen=tf.shape(labels)[1], dtype=tf.float32)
+    if TENSORFLOW:
+        token_loss = _smoothed_cross_entropy(logits, labels, smoothing)
+    else:
+        token_loss = _portable_smoothed_cross_entropy(logits, labels, smoothing)
+    mask = sequence_mask(sequence_length, ops.shape(labels)[1])
     return token_loss * mask, mask
+
+
+def sequence_mask(length, maxlen):
+    """[batch, maxlen] float32: 1 at the first length[b] positions of row b, as
+    tf.sequence_mask."""
+    positions = ops.expand_dims(ops.arange(maxlen, dtype="int32"), 0)
+    return ops.cast(positions < ops.expand_dims(ops.cast(length, "int32"), 1), "float32")
+
+
+def _portable_smoothed_cross_entropy(logits, labels, label_smoothing):
+    """`_smoothed_cross_entropy`'s loss [batch, time] float32 in `keras.ops`, differentiated by
+    the backend: the same sum, (1 - eps - off) * (lse - x[label]) - off * (sum_v x_v - vocab *
+    lse) with off = eps / (vocab - 1), lse the log-sum-exp of the float32 logits."""
+    logits = ops.cast(logits, "float32")
+    log_sum_exp = ops.logsumexp(logits, axis=-1)
+    label_logit = ops.squeeze(
+        ops.take_along_axis(logits, ops.expand_dims(ops.cast(labels, "int32"), -1), axis=-1), -1)
+    nll = log_sum_exp - label_logit
+    if label_smoothing == 0:
+        return nll
+    vocab = float(ops.shape(logits)[-1])
+    off_value = label_smoothing / (vocab - 1.0)
+    on_weight = 1.0 - label_smoothing - off_value
+    return on_weight * nll - off_value * (ops.sum(logits, axis=-1) - vocab * log_sum_exp)
 
 
 def cross_entropy_sequence_loss(logits, labels, sequence_length, label_smoothing=0.0, training=False,
@@ -94,20 +132,23 @@ def weighted_sums(token_loss, mask, example_weight=None):
     """(summed loss [], token count []) of `token_cross_entropy`'s [batch, time] outputs, each
     example's tokens scaled by `example_weight` [batch] if given."""
     if example_weight is not None:
-        weight = tf.expand_dims(tf.cast(example_weight, tf.float32), 1)
+        weight = ops.expand_dims(ops.cast(example_weight, "float32"), 1)
         token_loss, mask = token_loss * weight, mask * weight
-    return tf.reduce_sum(token_loss), tf.reduce_sum(mask)
+    return ops.sum(token_loss), ops.sum(mask)
 
 
 def nearest_percentiles(values, percents):
     """The `percents` percentiles of values [n] with the nearest-rank rule of
     tfp.stats.percentile's default interpolation ("nearest"): the sorted value at index
     round((n - 1) * p / 100), rounding half to even as tf.round does. -> [len(percents)]."""
-    ranked = tf.sort(values)
-    last = tf.cast(tf.shape(values)[0] - 1, tf.float64)
-    indices = tf.round(last * tf.constant(percents, tf.float64) / 100.0)
-    indices = tf.clip_by_value(tf.cast(indices, tf.int32), 0, tf.shape(values)[0] - 1)
-    return tf.gather(ranked, indices)
+    ranked = ops.sort(values)
+    count = ops.shape(values)[0]
+    # (float32 where float64 may be missing (JAX): exact for the ranks of any batch)
+    wide = "float64" if TENSORFLOW else "float32"
+    last = ops.cast(count - 1, wide)
+    indices = ops.round(last * ops.convert_to_tensor(percents, wide) / 100.0)
+    indices = ops.clip(ops.cast(indices, "int32"), 0, count - 1)
+    return ops.take(ranked, indices)
 
 
 def outlier_mask(example_loss, example_tokens):
@@ -119,9 +160,10 @@ def outlier_mask(example_loss, example_tokens):
     example_tokens [batch] -> [batch] float32.
     """
     score = example_loss / example_tokens
-    first, third = tf.unstack(nearest_percentiles(score, [25.0, 75.0]))
+    quartiles = nearest_percentiles(score, [25.0, 75.0])
+    first, third = quartiles[0], quartiles[1]
     threshold = third + 1.5 * (third - first)
-    return tf.where(score > threshold, 0.0, 1.0)  # (a NaN score is kept, as in OpenNMT-tf)
+    return ops.where(score > threshold, 0.0, 1.0)  # (a NaN score is kept, as in OpenNMT-tf)
 
 
 def max_margin_loss(true_sum, true_tokens, negative_sum, negative_tokens, eta=0.1):
@@ -129,7 +171,7 @@ def max_margin_loss(true_sum, true_tokens, negative_sum, negative_tokens, eta=0.
     cross-entropies (no label smoothing) and token counts of the true targets and of their
     negatives (all [] float32): max(true_sum / true_tokens - negative_sum / negative_tokens + eta,
     0), a scalar for the whole batch (the token-averaged NLLs of the batch, not per example)."""
-    return tf.maximum(true_sum / true_tokens - negative_sum / negative_tokens + eta, 0.0)
+    return ops.maximum(true_sum / true_tokens - negative_sum / negative_tokens + eta, 0.0)
 
 
 GUIDED_ALIGNMENT_TYPES = ("ce", "mse")
@@ -149,17 +191,17 @@ def guided_alignment_sum(attention, gold, word_length, cost_type):
     row; "mse": the squared differences summed per row (Keras' mean over src_time is the
     division by the batch's source length in `guided_alignment_scale`). -> [] float32.
     """
-    probs = tf.cast(attention, tf.float32)
+    probs = ops.cast(attention, "float32")
     if cost_type == "ce":
-        probs = probs / tf.reduce_sum(probs, axis=-1, keepdims=True)
-        probs = tf.clip_by_value(probs, _EPSILON, 1.0 - _EPSILON)
-        per_word = -tf.reduce_sum(gold * tf.math.log(probs), axis=-1)
+        probs = probs / ops.sum(probs, axis=-1, keepdims=True)
+        probs = ops.clip(probs, _EPSILON, 1.0 - _EPSILON)
+        per_word = -ops.sum(gold * ops.log(probs), axis=-1)
     elif cost_type == "mse":
-        per_word = tf.reduce_sum(tf.math.squared_difference(probs, gold), axis=-1)
+        per_word = ops.sum(ops.square(probs - gold), axis=-1)
     else:
         raise ValueError(f"guided alignment type must be one of {GUIDED_ALIGNMENT_TYPES}, got {cost_type!r}")
-    mask = tf.sequence_mask(word_length, maxlen=tf.shape(probs)[1], dtype=tf.float32)
-    return tf.reduce_sum(per_word * mask)
+    mask = sequence_mask(word_length, ops.shape(probs)[1])
+    return ops.sum(per_word * mask)
 
 
 def guided_alignment_scale(word_length, source_length, cost_type, weight):
@@ -173,10 +215,10 @@ def guided_alignment_scale(word_length, source_length, cost_type, weight):
     word_length [batch] (target words, without `</s>`), source_length [batch] (or [], the padded
     source length) -> [] float32.
     """
-    scale = tf.math.divide_no_nan(
-        tf.cast(weight, tf.float32), tf.cast(tf.reduce_sum(word_length), tf.float32))
+    scale = ops.divide_no_nan(
+        ops.cast(weight, "float32"), ops.cast(ops.sum(word_length), "float32"))
     if cost_type == "mse":
-        scale = tf.math.divide_no_nan(scale, tf.cast(tf.reduce_max(source_length), tf.float32))
+        scale = ops.divide_no_nan(scale, ops.cast(ops.max(source_length), "float32"))
     return scale
 
 

@@ -18,9 +18,13 @@ import contextlib
 import logging
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite.checkpointing.names import named_trainable
+from opennmt_lite.layers.fast_paths import TENSORFLOW
+
+if TENSORFLOW:
+    import tensorflow as tf
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -36,17 +40,34 @@ class MovingAverage:
         self.decay = decay
         self.weights = named_trainable(model)
         self.averages = {
-            path: keras.Variable(tf.convert_to_tensor(weight), dtype=weight.dtype,
+            path: keras.Variable(ops.convert_to_tensor(weight), dtype=weight.dtype,
                                  trainable=False, name=f"moving_average_{index}")
             for index, (path, weight) in enumerate(self.weights.items())}
         # True until the averages hold this run's values (restored, or set at the next update).
         self.fresh = True
-        self._update = tf.function(self._update_fn)
+        if TENSORFLOW:
+            self._update = tf.function(self._update_fn)
+        else:
+            import jax
+
+            paths = list(self.weights)
+            compiled = jax.jit(lambda averages, weights, step: averaged(
+                averages, weights, step, self.decay))
+
+            def update(step):
+                new = compiled([self.averages[p].value for p in paths],
+                               [self.weights[p].value for p in paths], step)
+                for path, value in zip(paths, new):
+                    self.averages[path].assign(value)
+
+            self._update = update
 
     def start_from_weights(self):
         """Sets every average to its weight (a run without restored averages)."""
         for path, weight in self.weights.items():
-            self.averages[path].assign(tf.convert_to_tensor(weight))
+            value = ops.convert_to_tensor(weight)
+            # (JAX: a buffer of its own, as the train step donates the weights' buffers)
+            self.averages[path].assign(value if TENSORFLOW else ops.copy(value))
         self.fresh = True
 
     def update(self, step):
@@ -55,7 +76,7 @@ class MovingAverage:
             self.start_from_weights()
             self.fresh = False
         else:
-            self._update(tf.constant(step, tf.int64))
+            self._update(ops.convert_to_tensor(step, "int64" if TENSORFLOW else "int32"))
 
     def _update_fn(self, step):
         count = tf.cast(step, tf.float32)
@@ -68,11 +89,22 @@ class MovingAverage:
     def averaged_weights(self):
         """The model computes with the averages inside (evaluation, export), with its trained
         weights again afterwards."""
-        trained = {path: tf.identity(tf.convert_to_tensor(w)) for path, w in self.weights.items()}
+        # (TensorFlow: a copy, as the variable's tensor is the variable itself; JAX arrays are
+        # immutable values)
+        copy = tf.identity if TENSORFLOW else (lambda value: value)
+        trained = {path: copy(ops.convert_to_tensor(w)) for path, w in self.weights.items()}
         for path, weight in self.weights.items():
-            weight.assign(tf.convert_to_tensor(self.averages[path]))
+            weight.assign(ops.convert_to_tensor(self.averages[path]))
         try:
             yield
         finally:
             for path, weight in self.weights.items():
                 weight.assign(trained[path])
+
+
+def averaged(averages, weights, step, decay):
+    """The averages after the update that reached `step` (the rule above), as a list; in
+    `keras.ops` (the JAX backend's update; TensorFlow's assigns the same in place)."""
+    count = ops.cast(step, "float32")
+    rate = 1.0 - ops.minimum(decay, (1.0 + count) / (10.0 + count))
+    return [a - (a - ops.cast(w, a.dtype)) * rate for a, w in zip(averages, weights)]

@@ -7,7 +7,7 @@ group's token count (or example count). It skips the biases (1-D variables named
 keeps the LayerNorm scales and offsets, the embeddings and the relative position tables.
 """
 
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite.checkpointing.names import named_trainable
 
@@ -19,16 +19,17 @@ def penalized_weights(model):
 
 
 def weight_penalty(weights, scales):
-    """l1 * sum|w| + l2 * sum w^2 over `weights` (float32 scalar); `scales`: (l1, l2), the
-    config's normalised `params.regularization["scale"]`."""
+    """l1 * sum|w| + l2 * sum w^2 over `weights` (variables or tensors: the JAX step passes the
+    values it differentiates) (float32 scalar); `scales`: (l1, l2), the config's normalised
+    `params.regularization["scale"]`."""
     l1, l2 = scales
-    terms = []
+    total = None
     for weight in weights:
-        value = tf.cast(tf.convert_to_tensor(weight), tf.float32)
-        term = tf.constant(0.0, tf.float32)
+        value = ops.cast(ops.convert_to_tensor(weight), "float32")
+        term = ops.convert_to_tensor(0.0, "float32")
         if l1:
-            term += l1 * tf.reduce_sum(tf.abs(value))
+            term += l1 * ops.sum(ops.abs(value))
         if l2:
-            term += l2 * tf.reduce_sum(tf.square(value))
-        terms.append(term)
-    return tf.add_n(terms)
+            term += l2 * ops.sum(ops.square(value))
+        total = term if total is None else total + term
+    return total

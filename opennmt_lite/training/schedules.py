@@ -5,9 +5,13 @@ uses schedule(k - 1), as OpenNMT-tf's optimizers did.
 """
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from opennmt_lite import PACKAGE
+
+# The integer dtype of the schedules' step arithmetic: int64 as OpenNMT-tf, int32 on JAX (whose
+# default 64-bit types are off; exact for any step below 2**31).
+_STEP_INT = "int64" if keras.backend.backend() == "tensorflow" else "int32"
 
 
 @keras.saving.register_keras_serializable(package=PACKAGE)
@@ -20,11 +24,11 @@ class NoamDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
 
     def __call__(self, step):
-        n = tf.cast(step, tf.float32) + 1.0
+        n = ops.cast(step, "float32") + 1.0
         return (
             self.scale
             * self.model_dim**-0.5
-            * tf.minimum(tf.math.rsqrt(n), n * self.warmup_steps**-1.5)
+            * ops.minimum(ops.rsqrt(n), n * self.warmup_steps**-1.5)
         )
 
     def get_config(self):
@@ -43,11 +47,11 @@ class InvSqrtDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.initial_learning_rate = float(initial_learning_rate)
 
     def __call__(self, step):
-        n = tf.cast(step, tf.float32) + 1.0
-        warmup = tf.cast(self.warmup_steps, tf.float32)
+        n = ops.cast(step, "float32") + 1.0
+        warmup = ops.convert_to_tensor(float(self.warmup_steps), "float32")
         rising = (self.initial_learning_rate
                   + (self.learning_rate - self.initial_learning_rate) * (n / warmup))
-        return tf.where(n <= warmup, rising, self.learning_rate * tf.sqrt(warmup / n))
+        return ops.where(n <= warmup, rising, self.learning_rate * ops.sqrt(warmup / n))
 
     def get_config(self):
         return {"learning_rate": self.learning_rate, "warmup_steps": self.warmup_steps,
@@ -68,9 +72,9 @@ class ScheduleWrapper(keras.optimizers.schedules.LearningRateSchedule):
         self.minimum_learning_rate = float(minimum_learning_rate)
 
     def __call__(self, step):
-        step = tf.maximum(tf.cast(step, tf.int64) - self.start_decay_steps, 0)
+        step = ops.maximum(ops.cast(step, _STEP_INT) - self.start_decay_steps, 0)
         step = step // self.decay_step_duration
-        return tf.maximum(self.schedule(step), self.minimum_learning_rate)
+        return ops.maximum(self.schedule(step), self.minimum_learning_rate)
 
     def get_config(self):
         return {

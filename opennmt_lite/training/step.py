@@ -37,7 +37,6 @@ token loss is an outlier of that batch (training/losses.py, `outlier_mask`) coun
 summed loss nor the normalizer; a batch cut into sub-batches is judged whole (`outlier_keeps`).
 """
 
-import dataclasses
 import logging
 import os
 
@@ -47,33 +46,14 @@ from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
 from opennmt_lite.models.encoder_models import is_encoder_model
 from opennmt_lite.training.losses import (
-    cross_entropy_sequence_loss, encoder_model_losses, guided_alignment_scale, guided_alignment_sum, max_margin_loss,
-    outlier_mask, token_cross_entropy, weighted_sums)
+    cross_entropy_sequence_loss, encoder_model_losses, guided_alignment_scale, max_margin_loss)
+# (the loss arithmetic shared with the JAX step; GuidedAlignment, reduce_loss and outlier_keeps
+# are imported from here by the builder and the tests)
+from opennmt_lite.training.objective import (  # noqa: F401
+    GuidedAlignment, outlier_keeps, reduce_loss, token_outputs)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
-
-
-@dataclasses.dataclass(frozen=True)
-class GuidedAlignment:
-    """`params.guided_alignment_type` ("ce" or "mse") and `params.guided_alignment_weight`: the
-    batches then hold "alignment", their gold matrices (see data/alignments.py).
-    `bucket_width`: train.length_bucket_width when train.pad_to_bucket_boundary is set (else
-    None); OpenNMT-tf's "mse" then averages over the source padded to the bucket boundary."""
-
-    type: str
-    weight: float = 1.0
-    bucket_width: int = None
-
-    def source_time(self, batch):
-        """What "mse" averages a batch's rows over: its longest source, or with `bucket_width`
-        the length both sides of the batch are padded to (batching.padded_lengths' rule;
-        pad_to_multiple, which OpenNMT-tf lacks, left out)."""
-        if not self.bucket_width:
-            return batch["source_length"]
-        longest = tf.maximum(tf.reduce_max(batch["source_length"]),
-                             tf.reduce_max(batch["target_length"]))
-        return -(-longest // self.bucket_width) * self.bucket_width
 
 
 def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
@@ -94,40 +74,7 @@ def forward(model, batch, label_smoothing, training):
     if is_encoder_model(model):
         return encoder_model_losses(model, batch, label_smoothing, training)
     logits, attention = model(batch, training=training)
-    token_loss, mask = token_cross_entropy(logits, batch["target_ids_out"], batch["target_length"],
-                                           label_smoothing, training)
-    return token_loss, mask, attention
-
-
-def reduce_loss(batch, outputs, average_loss_in_time, guided_alignment=None, guided_scale=None,
-                keep=None):
-    """`compute_loss` from `forward`'s outputs; `keep` [batch]: 0 for the examples masked as
-    outliers (`params.mask_loss_outliers`), which then count in neither sum nor normalizer."""
-    token_loss, mask, attention = outputs
-    weight = batch.get("example_weight")
-    if keep is not None:
-        weight = keep if weight is None else tf.cast(weight, tf.float32) * keep
-    loss, tokens = weighted_sums(token_loss, mask, weight)
-    if guided_alignment is not None:
-        loss += guided_scale * guided_alignment_sum(
-            attention, batch["alignment"], batch["target_length"] - 1, guided_alignment.type)
-    if average_loss_in_time:
-        normalizer = tokens
-    elif weight is not None:
-        normalizer = tf.reduce_sum(tf.cast(weight, tf.float32))
-    else:
-        normalizer = tf.cast(tf.shape(batch["target_length"])[0], tf.float32)
-    return loss, normalizer
-
-
-def outlier_keeps(outputs):
-    """`params.mask_loss_outliers`: the `outlier_mask` of a whole batch from the `forward`
-    outputs of its slices (its statistics are the batch's, however it is cut), split back into
-    one [slice] mask per slice."""
-    token_losses, masks = [o[0] for o in outputs], [o[1] for o in outputs]
-    keep = outlier_mask(tf.concat([tf.reduce_sum(t, axis=-1) for t in token_losses], 0),
-                        tf.concat([tf.reduce_sum(m, axis=-1) for m in masks], 0))
-    return tf.split(keep, [tf.shape(m)[0] for m in masks])
+    return token_outputs(batch, logits, attention, label_smoothing, training)
 
 
 def contrastive_sums(model, batch, training):

@@ -6,6 +6,7 @@ TensorBoard and `<model_dir>/metrics.jsonl`, periodic evaluation with early stop
 stop on SIGINT/SIGTERM, and a stop that keeps the last good checkpoint if the loss is NaN.
 """
 
+import contextlib
 import json
 import logging
 import math
@@ -15,15 +16,14 @@ import signal
 import tempfile
 import time
 
-import tensorflow as tf
-
 from opennmt_lite.checkpointing.formats import restore_for_training
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.checkpointing.store import CheckpointWriteError, checkpoint_directory
 from opennmt_lite.checkpointing.training_checkpoint import (
     GROUPS_DONE, restored_trained_weights, training_checkpoint)
 from opennmt_lite.errors import UserError
-from opennmt_lite.training.distribute import is_chief
+from opennmt_lite.layers.fast_paths import TENSORFLOW
+from opennmt_lite.training.summaries import create_writer
 
 logger = logging.getLogger("opennmt_lite")
 
@@ -68,7 +68,7 @@ class Reporter:
         self.every = every
         self.max_step = max_step
         self.start_step = start_step
-        self.writer = tf.summary.create_file_writer(model_dir) if enabled else None
+        self.writer = create_writer(model_dir) if enabled else None
         self.metrics_path = os.path.join(model_dir, "metrics.jsonl")
         self.started = time.time()
         self._reset(time.time())
@@ -107,12 +107,11 @@ class Reporter:
             f"{record['source_tokens_per_sec']:,.0f}", f"{record['target_tokens_per_sec']:,.0f}",
             record["seconds_per_step"], eta,
         )
-        with self.writer.as_default(step=step):
-            tf.summary.scalar("loss", record["loss"])
-            tf.summary.scalar("learning_rate", learning_rate)
-            tf.summary.scalar("tokens_per_sec/source", record["source_tokens_per_sec"])
-            tf.summary.scalar("tokens_per_sec/target", record["target_tokens_per_sec"])
-        self.writer.flush()
+        if self.writer is not None:
+            self.writer.scalars(step, {
+                "loss": record["loss"], "learning_rate": learning_rate,
+                "tokens_per_sec/source": record["source_tokens_per_sec"],
+                "tokens_per_sec/target": record["target_tokens_per_sec"]})
         with open(self.metrics_path, "a", encoding="utf-8") as f:
             f.write(json.dumps(record) + "\n")
         self._reset(now)
@@ -129,6 +128,24 @@ def current_learning_rate(optimizer):
     inner = inner_optimizer(optimizer)
     rate = inner.learning_rate
     return float(rate.numpy() if hasattr(rate, "numpy") else rate)
+
+
+def is_chief(strategy):
+    """Whether this process writes the checkpoints and reports (always without a strategy)."""
+    if strategy is None:
+        return True
+    from opennmt_lite.training.distribute import is_chief as strategy_chief
+
+    return strategy_chief(strategy)
+
+
+def numpy_groups(training_inputs, skip_groups):
+    """The groups of the train step without tf.data (Keras' JAX backend): one tuple of
+    `accum_steps` NumPy batches per replica's input, per update, after `skip_groups` groups,
+    padded a few updates ahead in a thread (`prefetched`, as tf.data's prefetch)."""
+    from opennmt_lite.data.pipeline import prefetched
+
+    return prefetched(zip(*(t.groups(skip_groups=skip_groups) for t in training_inputs)))
 
 
 class Trainer:
@@ -234,8 +251,15 @@ class Trainer:
         summary = {"stopped": "max_step", "step": self.step, "loss": None}
         # One group per local replica, each replica reading its own shard.
         skip = int(self.groups_done.numpy())
-        dataset = tf.data.Dataset.zip(tuple(t.dataset(skip_groups=skip) for t in self.training_inputs))
-        with StopRequest() as stop:
+        if TENSORFLOW:
+            import tensorflow as tf
+
+            dataset = tf.data.Dataset.zip(
+                tuple(t.dataset(skip_groups=skip) for t in self.training_inputs))
+        else:
+            dataset = numpy_groups(self.training_inputs, skip)
+        with StopRequest() as stop, contextlib.closing(dataset) if not TENSORFLOW \
+                else contextlib.nullcontext():
             for group in dataset:
                 result = self.train_step(group)
                 self.groups_done.assign_add(1)
