@@ -624,6 +624,9 @@ def _check_jax_training(config):
     if train.num_devices > 1:
         raise ConfigError(f"train.num_devices: {train.num_devices} devices are not supported on "
                           "the JAX backend yet: set 1 or run with KERAS_BACKEND=tensorflow")
+    if config.model.type != "transformer":  # (their losses are TensorFlow's train step's)
+        raise ConfigError(f"model.type: {config.model.type} trains on the TensorFlow backend "
+                          "only for now: run with KERAS_BACKEND=tensorflow")
     if params.contrastive_learning:
         raise ConfigError("params.contrastive_learning is not supported on the JAX backend yet: "
                           "run with KERAS_BACKEND=tensorflow")

@@ -136,3 +136,28 @@ def test_every_module_but_tensorflows_own_imports_without_tensorflow():
     assert completed.returncode == 0, completed.stderr[-3000:]
     assert json.loads(completed.stdout.strip().splitlines()[-1]) == {}
     assert len(names) > 100
+
+
+def test_tagger_training_and_export_on_jax_are_one_line(tmp_path):
+    """A tagger trains on TensorFlow's train step only (its losses and CRF are not in the JAX
+    step yet), and its SavedModel needs TensorFlow: each refused before anything is built."""
+    (tmp_path / "train.txt").write_text("Paris is big\n")
+    (tmp_path / "train.tags").write_text("S-CAP O O\n")
+    (tmp_path / "src.txt").write_text("<blank>\n<s>\n</s>\nParis\nis\nbig\n")
+    (tmp_path / "tags.txt").write_text("O\nS-CAP\n")
+    config = tmp_path / "tagger.yml"
+    config.write_text(
+        f"model_dir: {tmp_path / 'run'}\n"
+        f"data: {{train_features_file: {tmp_path / 'train.txt'}, train_labels_file: "
+        f"{tmp_path / 'train.tags'}, source_vocabulary: {tmp_path / 'src.txt'}, "
+        f"target_vocabulary: {tmp_path / 'tags.txt'}}}\n"
+        "model: {type: sequence_tagger, num_layers: 1, num_units: 8, num_heads: 2, "
+        "ffn_inner_dim: 8}\n"
+        "train: {max_step: 2, batch_size: 64}\n")
+    line = one_line(*command(["train", "--config", config]))
+    assert line.startswith("error: model.type: sequence_tagger trains on the TensorFlow backend "
+                           "only for now"), line
+    assert not (tmp_path / "run" / "checkpoints").exists()
+    line = one_line(*command(["export", "--config", config, "--output", tmp_path / "out"]))
+    assert line.startswith("error: export --format saved_model needs TensorFlow"), line
+    assert not (tmp_path / "out").exists()
