@@ -3,6 +3,10 @@
     python bench/gpu.py                      # the three measurements, ~6-8 minutes on one H100
     python bench/gpu.py --only train         # some of: train encoder translate
     python bench/gpu.py --quick              # smoke run on any machine: tiny model, few steps
+    python bench/gpu.py --backend jax [--quick]   # Keras' JAX backend beside PyTorch: gpu_jax.py
+
+`--backend jax` is another measurement, described in bench/gpu_jax.py (no TensorFlow needed).
+The rest of this page is the TensorFlow backend's (the default, `--backend tensorflow`):
 
 Needs only this repository and its requirements, with TensorFlow's CUDA libraries added:
 
@@ -33,6 +37,7 @@ per-round ratios) and writes runs/bench_results/gpu-<timestamp>.json (the machin
 its GPUs, the rendered model and configs, every run); logs in the folder of the same name.
 """
 
+import argparse
 import os
 import sys
 import time
@@ -138,6 +143,14 @@ def render_table(args, results, model):
 
 
 def main(argv=None):
+    backend = argparse.ArgumentParser(add_help=False)
+    backend.add_argument("--backend", choices=("tensorflow", "jax"), default="tensorflow")
+    chosen, rest = backend.parse_known_args(argv)
+    if chosen.backend == "jax":
+        import gpu_jax
+
+        return gpu_jax.main(rest)
+    argv = rest
     parser = harness.parser(__doc__, name="gpu", runs=2, timeout=900, sides=False, mfu=False)
     parser.set_defaults(benchmark=os.path.join(BENCH_DIR, "configs", "gpu_benchmark.yml"))
     parser.add_argument("--only", nargs="+", choices=MEASUREMENTS, default=list(MEASUREMENTS),
