@@ -658,6 +658,9 @@ def _jax_trainer(config, with_evaluation):
 
     train = config.train
     _check_jax_training(config)
+    # (JAX logs at INFO every checkpoint's sharding callback and each platform it probes)
+    jax_logger = logging.getLogger("jax")
+    jax_logger.setLevel(max(jax_logger.getEffectiveLevel(), logging.WARNING))
     prepare_model_dir(config.model_dir)
     use_jax_cache(config.model_dir)
     warn_surprises(train)
