@@ -6,6 +6,7 @@ beam), exports a SavedModel and a CTranslate2 Generator whose outputs equal `run
 averages checkpoints and refuses bad input with one line."""
 
 import functools
+import json
 import os
 import shutil
 
@@ -312,3 +313,43 @@ def test_start_control_reads_and_predicts_as_opennmt_tf(tmp_path):
     for prefix_batch in prefixes.numpy_batches():
         lengths.update(zip(prefix_batch["index"].tolist(), prefix_batch["source_length"].tolist()))
     assert lengths == {0: 3, 1: 1, 2: 4}  # (`<s>` counted; no `</s>`)
+
+
+def test_training_accumulates_in_bfloat16_and_resumes_exactly(work, tmp_path, caplog):
+    """run.py train of a language model from scratch, with accumulation (2 batches an update)
+    and bfloat16 mixed precision: stopped at step 3 and resumed to 5, the weights equal a run
+    straight to 5 (the same batches, the same updates: the data position is in the checkpoint),
+    and the loss fell."""
+    from opennmt_lite.checkpointing import bundle
+
+    def train(name, steps, model_dir):
+        path = tmp_path / f"{name}.yml"
+        path.write_text(yaml.safe_dump({
+            "model_dir": str(model_dir),
+            "data": {"vocabulary": str(work / "vocab.txt"),
+                     "train_features_file": str(work / "train.tok.en")},
+            "model": MODEL, "params": {"optimizer": "Adam", "learning_rate": 0.002},
+            "train": {"batch_type": "tokens", "batch_size": 256, "effective_batch_size": 512,
+                      "max_step": steps, "save_checkpoints_steps": 100, "seed": 3,
+                      "mixed_precision": "bfloat16", "save_summary_steps": 1,
+                      "sub_batches": 1}}))
+        run("train", "--config", str(path))
+
+    def weights(model_dir, step):
+        values = bundle.read_bundle(str(model_dir / "checkpoints" / f"ckpt-{step}"))
+        return {name: value for name, value in values.items() if name.startswith("model/")}
+
+    with caplog.at_level("INFO", logger="opennmt_lite"):
+        train("straight", 5, tmp_path / "straight")
+    assert "2 batch(es) per step (accum_steps)" in caplog.text
+    assert "mixed_bfloat16" in caplog.text or "bfloat16" in caplog.text
+    train("first", 3, tmp_path / "resumed")
+    train("then", 5, tmp_path / "resumed")
+    straight, resumed = weights(tmp_path / "straight", 5), weights(tmp_path / "resumed", 5)
+    assert straight.keys() == resumed.keys() and len(straight) > 10
+    for name in straight:
+        np.testing.assert_array_equal(straight[name], resumed[name], err_msg=name)
+    with open(tmp_path / "straight" / "metrics.jsonl") as stream:
+        losses = [record["loss"] for record in map(json.loads, stream)
+                  if "loss" in record]
+    assert len(losses) == 5 and losses[-1] < losses[0], losses
