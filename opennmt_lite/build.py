@@ -554,7 +554,6 @@ def trainer(config, with_evaluation=None):
     """The `Trainer` of a config, with everything it needs built in the right order, restored
     from the latest checkpoint of model_dir (`Trainer.restore`). `with_evaluation` defaults to
     whether the config names evaluation files."""
-    from opennmt_lite.training.moving_average import MovingAverage
     from opennmt_lite.training.lock import prepare_model_dir
     from opennmt_lite.training.trainer import Trainer
 
@@ -579,13 +578,7 @@ def trainer(config, with_evaluation=None):
     keras.utils.set_random_seed(train.seed)
     built_assets = assets(config.data, config.model)
     with strategy.scope() if strategy else contextlib.nullcontext():
-        transformer = model(config.model, built_assets)
-        freeze_embeddings(transformer, config.data)
-        freeze(transformer, config.params)
-        built_optimizer = optimizer(config.params, train.dtype_policy)
-        built_optimizer.build(transformer.trainable_variables)
-        moving_average = (MovingAverage(transformer, train.moving_average_decay)
-                          if train.moving_average_decay is not None else None)
+        transformer, built_optimizer, moving_average = _trained_objects(config, built_assets)
     if config.model.is_encoder_model:
         inputs = encoder_training_inputs(config.data, train, built_assets, strategy,
                                          label_kind(config.model))
@@ -612,6 +605,22 @@ def trainer(config, with_evaluation=None):
         if result.chief:
             result.evaluator = evaluator(config, transformer, built_assets, result.step)
     return result
+
+
+def _trained_objects(config, built_assets):
+    """(model, optimizer, moving average or None) of a training run, built (in the strategy's
+    scope when there is one: the caller's)."""
+    from opennmt_lite.training.moving_average import MovingAverage
+
+    train = config.train
+    transformer = model(config.model, built_assets)
+    freeze_embeddings(transformer, config.data)
+    freeze(transformer, config.params)
+    built_optimizer = optimizer(config.params, train.dtype_policy)
+    built_optimizer.build(transformer.trainable_variables)
+    moving_average = (MovingAverage(transformer, train.moving_average_decay)
+                      if train.moving_average_decay is not None else None)
+    return transformer, built_optimizer, moving_average
 
 
 def _check_jax_training(config):
@@ -653,7 +662,6 @@ def _jax_trainer(config, with_evaluation):
     training/jax_step.py, the batches in the few shapes of the XLA planner (`xla_compiles`)."""
     from opennmt_lite.training.jax_step import JaxTrainStep
     from opennmt_lite.training.lock import prepare_model_dir
-    from opennmt_lite.training.moving_average import MovingAverage
     from opennmt_lite.training.trainer import Trainer
 
     train = config.train
@@ -666,14 +674,8 @@ def _jax_trainer(config, with_evaluation):
     warn_surprises(train)
     set_precision(train.dtype_policy)
     keras.utils.set_random_seed(train.seed)
-    built_assets = assets(config.data)
-    transformer = model(config.model, built_assets)
-    freeze_embeddings(transformer, config.data)
-    freeze(transformer, config.params)
-    built_optimizer = optimizer(config.params, train.dtype_policy)
-    built_optimizer.build(transformer.trainable_variables)
-    moving_average = (MovingAverage(transformer, train.moving_average_decay)
-                      if train.moving_average_decay is not None else None)
+    built_assets = assets(config.data, config.model)
+    transformer, built_optimizer, moving_average = _trained_objects(config, built_assets)
     inputs = training_inputs(config.data, train, built_assets, None)
     step = JaxTrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,

@@ -91,8 +91,6 @@ def padded(sources):
 
 
 def run(args, config, out=print):
-    import keras
-
     from opennmt_lite import build
     from opennmt_lite.inspection.text import save_attention_maps, summarize, trace_encoder
     from opennmt_lite.outputs import check_directory, check_file, writing
@@ -115,14 +113,7 @@ def run(args, config, out=print):
     if args.target is not None and len(sources) > 1:
         raise ArgumentError("--target is the translation of one source sentence: use it with "
                             "--sentence or one --ids sequence")
-    keras.utils.set_random_seed(config.train.seed)  # random weights (no checkpoint) reproducible
-    model, assets, path = build.inference_model(config, args.checkpoint, required=False)
-    weights = path or f"randomly initialized (no checkpoint in {config.model_dir}; seed train.seed {config.train.seed})"
-    out(f"weights: {weights}")
-    for number, (tokens, ids) in enumerate(sources):
-        prefix = f"[{number}] " if len(sources) > 1 else ""
-        out(f"{prefix}tokens: {' '.join(tokens)}")
-        out(f"{prefix}ids:    {' '.join(str(i) for i in ids)}")
+    model, assets, weights = _model_and_inputs(args, config, sources, out)
     source_ids, source_length = padded(sources)
     tensors = trace_encoder(model, source_ids, source_length)
     for name, value in tensors.items():
@@ -142,6 +133,26 @@ def run(args, config, out=print):
     return tensors
 
 
+def _model_and_inputs(args, config, sources, out):
+    """(model, assets, weights' description): the checkpoint's model, or random weights drawn
+    from train.seed (reproducible); prints where the weights come from and each input's tokens
+    and ids."""
+    import keras
+
+    from opennmt_lite import build
+
+    keras.utils.set_random_seed(config.train.seed)
+    model, assets, path = build.inference_model(config, args.checkpoint, required=False)
+    weights = path or (f"randomly initialized (no checkpoint in {config.model_dir}; seed "
+                       f"train.seed {config.train.seed})")
+    out(f"weights: {weights}")
+    for number, (tokens, ids) in enumerate(sources):
+        prefix = f"[{number}] " if len(sources) > 1 else ""
+        out(f"{prefix}tokens: {' '.join(tokens)}")
+        out(f"{prefix}ids:    {' '.join(str(i) for i in ids)}")
+    return model, assets, weights
+
+
 def _predictions(model, assets, source_ids, source_length):
     """A tagger's tags (a line per sentence) or a classifier's label of each sentence."""
     labels = assets.target_vocabulary
@@ -149,11 +160,11 @@ def _predictions(model, assets, source_ids, source_length):
         tags = np.asarray(model.predict_tags(source_ids, source_length))
         return [" ".join(labels[t] for t in row[:n]) for row, n in zip(tags, source_length)]
     return [labels[i] for i in np.asarray(model.predict_labels(source_ids, source_length))]
+
+
 def _run_language_model(args, config, out, start):
     """inspect of a language model: its decoder on the prefixes (with `<s>` first when
     data.sequence_controls has start: true), then its next-token logits."""
-    import keras
-
     from opennmt_lite import build
     from opennmt_lite.data import Controls
     from opennmt_lite.inspection import html, steps
@@ -165,15 +176,7 @@ def _run_language_model(args, config, out, start):
     controls = Controls(config.data.target_sequence_controls.start, False)
     sources = sources_of(args, build.assets(config.data), config.infer.maximum_features_length,
                          controls)
-    keras.utils.set_random_seed(config.train.seed)
-    model, assets, path = build.inference_model(config, args.checkpoint, required=False)
-    weights = path or (f"randomly initialized (no checkpoint in {config.model_dir}; seed "
-                       f"train.seed {config.train.seed})")
-    out(f"weights: {weights}")
-    for number, (tokens, ids) in enumerate(sources):
-        prefix = f"[{number}] " if len(sources) > 1 else ""
-        out(f"{prefix}tokens: {' '.join(tokens)}")
-        out(f"{prefix}ids:    {' '.join(str(i) for i in ids)}")
+    model, assets, weights = _model_and_inputs(args, config, sources, out)
     ids, length = padded(sources)
     tensors = trace_language_model(model, ids, length)
     for name, value in tensors.items():
