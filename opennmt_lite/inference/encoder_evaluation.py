@@ -13,7 +13,6 @@ evaluator's (inference/evaluation.py).
 """
 
 import math
-import os
 
 import numpy as np
 import tensorflow as tf
@@ -37,28 +36,15 @@ class EncoderModelEvaluator(Evaluator):
 
     def __init__(self, model, assets, features_file, labels_file, kind, eval_config, directory,
                  tagging_scheme=None, current_step=0, exporter=None, export_directory=None):
-        self.model = model
-        self.assets = assets
+        self._keep_records(model, assets, eval_config, directory, current_step, exporter,
+                           export_directory)
         self.kind = kind
         self.tagging_scheme = tagging_scheme
-        self.every = eval_config.steps
-        self.scorers = []
-        self.early_stopping = eval_config.early_stopping
-        self.save_predictions = False
-        self.directory = directory
-        os.makedirs(self.directory, exist_ok=True)
         self.corpus = load_labeled_corpus(
             features_file, labels_file, kind, source_vocabulary=assets.source_vocabulary,
             labels=assets.target_vocabulary, source_tokenizer=assets.source_tokenizer,
             filter_examples=False)
         self.batch_size = eval_config.batch_size
-        self.writer = tf.summary.create_file_writer(self.directory)
-        self.history_path = os.path.join(self.directory, "history.jsonl")
-        self.history = self._read_history(current_step)
-        self.export_on_best = eval_config.export_on_best if exporter is not None else None
-        self.max_exports_to_keep = eval_config.max_exports_to_keep
-        self.exporter = exporter
-        self.export_directory = export_directory
         self._losses = tf.function(lambda batch: encoder_model_losses(model, batch)[:2],
                                    reduce_retracing=True)
 

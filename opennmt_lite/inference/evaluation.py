@@ -124,14 +124,8 @@ class Evaluator:
 
     def __init__(self, model, assets, evaluation_input, references_file, eval_config, directory,
                  options, current_step=0, exporter=None, export_directory=None):
-        self.model = model
-        self.assets = assets
-        self.every = eval_config.steps
-        self.scorers = list(eval_config.scorers)
-        self.early_stopping = eval_config.early_stopping
-        self.save_predictions = eval_config.save_eval_predictions or bool(self.scorers)
-        self.directory = directory
-        os.makedirs(self.directory, exist_ok=True)
+        self._keep_records(model, assets, eval_config, directory, current_step, exporter,
+                           export_directory, scorers=eval_config.scorers)
         self.input = evaluation_input
         self.references = read_lines(references_file)
         if TENSORFLOW:
@@ -147,6 +141,19 @@ class Evaluator:
             self._loss = jax_loss_function(model)
             self._decode = portable_decoding.translation_function(model, options)
         self.options = options
+
+    def _keep_records(self, model, assets, eval_config, directory, current_step, exporter,
+                      export_directory, scorers=()):
+        """What every evaluator keeps: its model, schedule, scorers, early stopping, directory
+        (made), summary writer, history (read back up to `current_step`) and export on best."""
+        self.model = model
+        self.assets = assets
+        self.every = eval_config.steps
+        self.scorers = list(scorers)
+        self.early_stopping = eval_config.early_stopping
+        self.save_predictions = eval_config.save_eval_predictions or bool(self.scorers)
+        self.directory = directory
+        os.makedirs(self.directory, exist_ok=True)
         self.writer = create_writer(self.directory)
         self.history_path = os.path.join(self.directory, "history.jsonl")
         self.history = self._read_history(current_step)
