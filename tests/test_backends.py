@@ -103,6 +103,9 @@ TENSORFLOW_MODULES = {
     "opennmt_lite.inference.decoding", "opennmt_lite.training.step",
     "opennmt_lite.export.saved_model", "opennmt_lite.export.tflite",
     "opennmt_lite.export.int8_weights",
+    # taggers and classifiers train on TensorFlow's step only (their evaluator's loss is a
+    # tf.function) and export to a SavedModel only
+    "opennmt_lite.inference.encoder_evaluation", "opennmt_lite.export.encoder_models",
 }
 IMPORT_ALL = """
 import importlib, json, sys, traceback
