@@ -84,12 +84,7 @@ def main():
             step._accumulators, trainable, values(step.optimizer_variables), stats["normalizer"])
         jax.block_until_ready(trainable)
         t3 = time.perf_counter()
-        for variable, value in zip(step.trainable, trainable):
-            variable.assign(value)
-        for variable, value in zip(step.non_trainable, non_trainable):
-            variable.assign(value)
-        for variable, value in zip(step.optimizer_variables, optimizer_values):
-            variable.assign(value)
+        step.store(trainable, non_trainable, optimizer_values)
         t4 = time.perf_counter()
         for name, seconds in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
             phases[name] += seconds / steps

@@ -153,12 +153,15 @@ class JaxTrainStep:
         self._accumulators, trainable, optimizer_variables = self._apply(
             self._accumulators, trainable, _values(self.optimizer_variables),
             stats["normalizer"])
-        for variable, value in zip(self.trainable, trainable):
-            variable.assign(value)
-        for variable, value in zip(self.non_trainable, non_trainable):
-            variable.assign(value)
-        for variable, value in zip(self.optimizer_variables, optimizer_variables):
-            variable.assign(value)
+        self.store(trainable, non_trainable, optimizer_variables)
         stats["loss"] = stats["loss_sum"] / stats["normalizer"]
         return stats
+
+    def store(self, trainable, non_trainable, optimizer_values):
+        """Assigns an update's new values back to the Keras variables (references, no copy)."""
+        for variables, values in ((self.trainable, trainable),
+                                  (self.non_trainable, non_trainable),
+                                  (self.optimizer_variables, optimizer_values)):
+            for variable, value in zip(variables, values):
+                variable.assign(value)
 
