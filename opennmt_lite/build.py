@@ -283,12 +283,13 @@ def bucket_padding(train, xla):
     return train.length_bucket_width, train.pad_to_bucket_boundary
 
 
-def training_inputs(data, train, assets, strategy, negatives=None):
+def training_inputs(data, train, assets, strategy, negatives=None, devices=1):
     """One `TrainingInput` per replica this process drives, each reading its own shard: several
     files with `data.train_files_weights` are sampled (data/weighted.py), else concatenated.
     `negatives`: contrastive learning's (`contrastive_negatives`). Under XLA (`xla_compiles`),
     the batches take few fixed shapes (`bucket_padding`; `train.xla_shapes` for the sorted
-    scheme)."""
+    scheme). `devices`: of this process without a strategy (Keras' JAX backend), one shard
+    each."""
     from opennmt_lite.data import weighted
     from opennmt_lite.data.alignments import read_alignments
     from opennmt_lite.training.distribute import replica_shards
@@ -301,7 +302,7 @@ def training_inputs(data, train, assets, strategy, negatives=None):
     xla = xla_compiles(train, strategy)
     width, to_boundary = bucket_padding(train, xla)
     inputs = []
-    for num_shards, shard_index in replica_shards(strategy):
+    for num_shards, shard_index in replica_shards(strategy, devices):
         if sampled:
             make = functools.partial(weighted.WeightedTrainingInput, files, data.train_labels_file,
                                      data.train_files_weights,
@@ -630,9 +631,6 @@ def _check_jax_training(config):
     if os.environ.get("TF_CONFIG"):
         raise ConfigError("TF_CONFIG (multi-worker training) needs TensorFlow: unset it or run "
                           "with KERAS_BACKEND=tensorflow")
-    if train.num_devices > 1:
-        raise ConfigError(f"train.num_devices: {train.num_devices} devices are not supported on "
-                          "the JAX backend yet: set 1 or run with KERAS_BACKEND=tensorflow")
     if config.model.type != "transformer":  # (their losses are TensorFlow's train step's)
         raise ConfigError(f"model.type: {config.model.type} trains on the TensorFlow backend "
                           "only for now: run with KERAS_BACKEND=tensorflow")
@@ -660,6 +658,7 @@ def use_jax_cache(model_dir):
 def _jax_trainer(config, with_evaluation):
     """`trainer` on Keras' JAX backend: the same objects, the train step of
     training/jax_step.py, the batches in the few shapes of the XLA planner (`xla_compiles`)."""
+    from opennmt_lite.training.distribute import jax_data_parallel
     from opennmt_lite.training.jax_step import JaxTrainStep
     from opennmt_lite.training.lock import prepare_model_dir
     from opennmt_lite.training.trainer import Trainer
@@ -669,14 +668,15 @@ def _jax_trainer(config, with_evaluation):
     # (JAX logs at INFO every checkpoint's sharding callback and each platform it probes)
     jax_logger = logging.getLogger("jax")
     jax_logger.setLevel(max(jax_logger.getEffectiveLevel(), logging.WARNING))
+    mesh = jax_data_parallel(train.num_devices)  # (before any variable exists)
     prepare_model_dir(config.model_dir)
     use_jax_cache(config.model_dir)
-    warn_surprises(train)
+    warn_surprises(train, train.num_devices)
     set_precision(train.dtype_policy)
     keras.utils.set_random_seed(train.seed)
     built_assets = assets(config.data, config.model)
     transformer, built_optimizer, moving_average = _trained_objects(config, built_assets)
-    inputs = training_inputs(config.data, train, built_assets, None)
+    inputs = training_inputs(config.data, train, built_assets, None, devices=train.num_devices)
     step = JaxTrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
@@ -684,7 +684,7 @@ def _jax_trainer(config, with_evaluation):
         regularization=regularization_scales(config.params),
         clip_gradients=config.params.clip_gradients or None,
         guided_alignment=guided_alignment(config.params, train, True),
-        mask_outliers=config.params.mask_loss_outliers,
+        mask_outliers=config.params.mask_loss_outliers, mesh=mesh,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, None,
                      moving_average=moving_average)

@@ -80,3 +80,23 @@ def groups():
     rng = np.random.default_rng(5)
     return [tuple(make_batch(rng, *SHAPES[(u * ACCUM_STEPS + k) % len(SHAPES)])
                   for k in range(ACCUM_STEPS)) for u in range(UPDATES)]
+
+
+def tensorflow_run(updates=UPDATES, **options):
+    """The first `updates` of `groups()` by the TensorFlow backend's TrainStep (call it in a
+    TensorFlow process), accumulating each group's batches, with label smoothing, example
+    weights, clipping and `options` (more TrainStep arguments). -> (losses [updates], the
+    learning rate of each update [updates], the trained weights {name: array})."""
+    from opennmt_lite.checkpointing.names import named_trainable
+    from opennmt_lite.training.step import TrainStep
+
+    model = make_model()
+    optimizer = make_optimizer(model)
+    step = TrainStep(model, optimizer, ACCUM_STEPS, label_smoothing=LABEL_SMOOTHING,
+                     example_weights=True, clip_gradients=CLIP_GRADIENTS, **options)
+    losses, rates = [], []
+    for group in groups()[:updates]:
+        rates.append(float(optimizer.learning_rate))
+        losses.append(float(step((group,))["loss"]))
+    weights = {name: np.asarray(v.numpy()) for name, v in named_trainable(model).items()}
+    return np.array(losses, np.float32), np.array(rates, np.float32), weights

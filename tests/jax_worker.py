@@ -16,6 +16,9 @@ does that from a test and loads the results. The jobs:
   lines per sentence);
 - `training`: tests/jax_training_case.py's updates by the JAX train step (arrays `loss` [updates],
   `learning_rate` [updates], the trained weights `weight/<name>`);
+- `devices` (with XLA_FLAGS making 2 CPU devices): tests/test_jax_devices.py's runs on the 2
+  devices of keras.distribution's DataParallel (see `devices_values`), and its command lines
+  (OUT_DIR/commands.json) run as the `commands` job's, TensorFlow unimportable;
 - `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
   process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`, with
   TensorFlow made unimportable (as in an install without it).
@@ -34,10 +37,11 @@ TESTS = pathlib.Path(__file__).parent
 ROOT = TESTS.parent
 
 
-def run(job, directory):
-    """Runs `job` under JAX in a subprocess; returns (arrays {name: array}, results or None)."""
+def run(job, directory, **environment):
+    """Runs `job` under JAX in a subprocess (`environment`: more variables); returns (arrays
+    {name: array}, results or None)."""
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]))
+               PYTHONPATH=os.pathsep.join([str(ROOT), str(TESTS)]), **environment)
     completed = subprocess.run([sys.executable, str(TESTS / "jax_worker.py"), job, str(directory)],
                                env=env, capture_output=True, text=True, timeout=900)
     assert completed.returncode == 0, completed.stderr[-4000:]
@@ -192,6 +196,42 @@ def training_values():
     return values
 
 
+# Updates of the `devices` job's run with outlier masking (and no averaging in time).
+OUTLIER_UPDATES = 8
+
+
+def devices_values():
+    """{name: array} of tests/jax_training_case.py's updates on 2 devices (each update's two
+    batches, of different shapes, one per device; accumulation 1), `JaxTrainStep` over the mesh
+    of `jax_data_parallel(2)`: `loss`, `learning_rate`, the trained weights `weight/<name>`;
+    and `outliers/loss`: the first OUTLIER_UPDATES updates with `mask_outliers` and
+    `average_loss_in_time` false."""
+    import jax_training_case as case
+    from opennmt_lite.checkpointing.names import named_trainable
+    from opennmt_lite.training.distribute import jax_data_parallel
+    from opennmt_lite.training.jax_step import JaxTrainStep
+
+    mesh = jax_data_parallel(2)
+    values = {"devices": np.array(mesh.size)}
+    for prefix, options, updates in (
+            ("", {}, case.UPDATES),
+            ("outliers/", {"mask_outliers": True, "average_loss_in_time": False},
+             OUTLIER_UPDATES)):
+        model = case.make_model()
+        optimizer = case.make_optimizer(model)
+        step = JaxTrainStep(model, optimizer, 1, label_smoothing=case.LABEL_SMOOTHING,
+                            clip_gradients=case.CLIP_GRADIENTS, mesh=mesh, **options)
+        losses, rates = [], []
+        for group in case.groups()[:updates]:
+            rates.append(float(np.asarray(optimizer.learning_rate)))
+            losses.append(float(step(tuple((batch,) for batch in group))["loss"]))
+        values[f"{prefix}loss"] = np.array(losses, np.float32)
+        values[f"{prefix}learning_rate"] = np.array(rates, np.float32)
+        for name, variable in named_trainable(model).items():
+            values[f"{prefix}weight/{name}"] = np.asarray(variable.value)
+    return values
+
+
 def run_commands(commands):
     """{name: {"status": exit status, "stdout": ..., "stderr": ...}} of `run.main(argv)` for each
     of `commands` ({name: argv}), in order, in this process."""
@@ -249,7 +289,7 @@ def sampling_draws(translation_function, options_class):
 
 
 def main(job, directory):
-    if job == "commands":  # (as where TensorFlow is not installed: `import tensorflow` fails)
+    if job in ("commands", "devices"):  # (as where TensorFlow is not installed: `import tensorflow` fails)
         sys.modules["tensorflow"] = None
     import keras
 
@@ -278,6 +318,10 @@ def main(job, directory):
         arrays = fixture_values()
     elif job == "training":
         arrays = training_values()
+    elif job == "devices":
+        arrays = devices_values()
+        commands = json.loads((directory / "commands.json").read_text())
+        (directory / "results.json").write_text(json.dumps(run_commands(commands)))
     elif job == "decoding":
         (directory / "results.json").write_text(json.dumps(fixture_translations()))
     elif job == "commands":

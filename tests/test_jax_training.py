@@ -21,8 +21,6 @@ import jax_training_case as case
 import jax_worker
 from data_helpers import REPO
 from opennmt_lite.checkpointing.bundle import read_bundle
-from opennmt_lite.checkpointing.names import named_trainable
-from opennmt_lite.training.step import TrainStep
 
 
 @pytest.fixture(scope="module")
@@ -34,16 +32,7 @@ def jax_side(tmp_path_factory):
 @pytest.fixture(scope="module")
 def tensorflow_side():
     """The same run by the TensorFlow backend's TrainStep (this process)."""
-    model = case.make_model()
-    optimizer = case.make_optimizer(model)
-    step = TrainStep(model, optimizer, case.ACCUM_STEPS, label_smoothing=case.LABEL_SMOOTHING,
-                     example_weights=True, clip_gradients=case.CLIP_GRADIENTS)
-    losses, rates = [], []
-    for group in case.groups():
-        rates.append(float(optimizer.learning_rate))
-        losses.append(float(step((group,))["loss"]))
-    weights = {name: np.asarray(v.numpy()) for name, v in named_trainable(model).items()}
-    return np.array(losses, np.float32), np.array(rates, np.float32), weights
+    return case.tensorflow_run()
 
 
 def test_losses_of_30_updates_equal_tensorflow(jax_side, tensorflow_side):

@@ -96,10 +96,36 @@ def make_strategy(num_devices=1):
     return tf.distribute.MirroredStrategy(configure_devices(num_devices))
 
 
-def replica_shards(strategy):
-    """[(num_shards, shard_index)] of the data for each replica this process drives."""
+def jax_data_parallel(num_devices):
+    """Keras' JAX backend on `num_devices` devices: keras.distribution's `DataParallel` over the
+    first `num_devices` devices JAX sees, set as Keras' distribution (before the model is built,
+    so that its variables are replicated on each device). Returns the JAX mesh of its one
+    "batch" axis, or None for one device (nothing set)."""
+    if num_devices < 1:
+        raise DistributionError(f"train.num_devices must be at least 1, got {num_devices}")
+    if num_devices == 1:
+        return None
+    import jax
+    import keras
+
+    devices = jax.devices()
+    if num_devices > len(devices):
+        hint = (f": on a CPU, start with XLA_FLAGS=--xla_force_host_platform_device_count="
+                f"{num_devices}" if devices[0].platform == "cpu" else "")
+        raise DistributionError(
+            f"train.num_devices is {num_devices} but JAX sees {len(devices)} device(s) "
+            f"({', '.join(str(d) for d in devices)}){hint}")
+    distribution = keras.distribution.DataParallel(
+        devices=[f"{d.platform}:{d.id}" for d in devices[:num_devices]])
+    keras.distribution.set_distribution(distribution)
+    return distribution.device_mesh.backend_mesh
+
+
+def replica_shards(strategy, devices=1):
+    """[(num_shards, shard_index)] of the data for each replica this process drives (without a
+    strategy: one per device of this process, `devices`, as Keras' JAX backend)."""
     if strategy is None:
-        return [(1, 0)]
+        return [(devices, index) for index in range(devices)]
     total = strategy.num_replicas_in_sync
     local = len(strategy.extended.worker_devices)
     first = strategy.cluster_resolver.task_id * local if strategy.cluster_resolver else 0

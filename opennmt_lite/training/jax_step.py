@@ -17,18 +17,30 @@ After each update the new values are assigned back to the Keras variables (a ref
 so that the rest of the trainer (checkpoints, evaluation, the moving average, the reports) reads
 the model and the optimizer as on TensorFlow.
 
+Several devices (`mesh`: the 1-D device mesh of keras.distribution's `DataParallel`, whose
+variables are replicated on every device): each update's batches (`accum_steps` from each
+replica's input) are dealt to the devices in groups of one batch per device, paired by shape (so
+that few padded shapes compile), each group stacked into [devices, batch, time] arrays padded to
+its largest batch (`stack_batches`: rows of padding are marked and count nowhere). The batch
+function runs the same single-batch objective on every device (`jax.shard_map`); the gradient
+of the replicated weights is the sum over the devices (shard_map's transpose of a replicated
+input), which the update divides by the total normalizer: OpenNMT-tf's multi-replica rule, and
+exactly the update of one device accumulating all those batches.
+
 Supported: label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
 of outliers, regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed
 precision, float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the
 step, as on TensorFlow). Not here (refused by the builder on JAX): contrastive learning,
-sub-batches (train.sub_batches: XLA schedules one pass over its threads), several devices.
+sub-batches (train.sub_batches: XLA schedules one pass over its threads).
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
 
 from opennmt_lite.checkpointing.names import inner_optimizer
-from opennmt_lite.training.losses import guided_alignment_scale
+from opennmt_lite.training.losses import guided_alignment_scale, outlier_mask
 from opennmt_lite.training.objective import outlier_keeps, reduce_loss, token_outputs
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
@@ -46,14 +58,52 @@ def clip_global_norm(grads, clip_norm):
     return [g * scale for g in grads]
 
 
+# The batch key that marks the rows of a stacked batch: 1 for examples, 0 for padding.
+ROWS = "rows"
+
+
+def stack_batches(batches):
+    """One batch per device -> {name: [devices, batch, ...]} NumPy arrays, each batch padded to
+    the largest size of every dimension, with `ROWS` [devices, batch] (1: an example, 0: a row
+    of padding). A padding row holds one token of id 0 on each side (lengths 1, so that every
+    softmax stays finite) and is weighed 0 wherever a batch is summed."""
+    names = sorted(batches[0])
+    shapes = {name: np.max([b[name].shape for b in batches], axis=0) for name in names}
+    stacked = {}
+    for name in names:
+        padded = []
+        for batch in batches:
+            value = batch[name]
+            widths = [(0, int(total) - size) for total, size in zip(shapes[name], value.shape)]
+            fill = 1 if name.endswith("length") else 0
+            padded.append(np.pad(value, widths, constant_values=fill))
+        stacked[name] = np.stack(padded)
+    size = int(shapes[names[0]][0])
+    stacked[ROWS] = np.stack([(np.arange(size) < len(b[names[0]])).astype(np.float32)
+                              for b in batches])
+    return stacked
+
+
+def paired_by_shape(groups):
+    """The batches of an update's `groups` (one tuple per replica), dealt in groups of one per
+    device: sorted by shape, so that a group's batches share or nearly share one. The update
+    (a sum over all its batches) does not depend on which device takes which batch."""
+    batches = [batch for group in groups for batch in group]
+    order = sorted(range(len(batches)), key=lambda i: (
+        batches[i]["source_ids"].shape[1], batches[i]["target_ids_in"].shape[1],
+        batches[i]["source_ids"].shape[0], i))
+    devices = len(groups)
+    return [[batches[i] for i in order[k:k + devices]] for k in range(0, len(order), devices)]
+
+
 class JaxTrainStep:
     """`train_step(groups)` -> statistics of the update (loss, loss_sum, normalizer,
     source_tokens, target_tokens), as `TrainStep`. `groups` holds one group (a tuple of
-    `accum_steps` NumPy batches); one replica."""
+    `accum_steps` NumPy batches) per device of `mesh` (None: one device)."""
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, guided_alignment=None, regularization=None,
-                 clip_gradients=None, mask_outliers=False):
+                 clip_gradients=None, mask_outliers=False, mesh=None):
         self.model = model
         self.optimizer = optimizer
         self.accum_steps = accum_steps
@@ -74,19 +124,29 @@ class JaxTrainStep:
             i for i, v in enumerate(self.optimizer_variables) if v is inner.iterations)
         self.scale_index = (next(i for i, v in enumerate(self.optimizer_variables)
                                  if v is optimizer.dynamic_scale) if self.scaled else None)
-        self._accumulate = jax.jit(self._accumulate_fn, donate_argnums=(0,))
+        self.mesh = mesh
+        self.devices = 1 if mesh is None else mesh.size
+        accumulate = self._accumulate_fn if mesh is None else self._sharded_accumulate_fn
+        self._accumulate = jax.jit(accumulate, donate_argnums=(0,))
         self._apply = jax.jit(self._apply_fn, donate_argnums=(0, 1, 2))
 
     # -- the compiled functions --------------------------------------------------------------
 
     def _objective(self, trainable, non_trainable, loss_scale, batch):
-        """-> (the loss differentiated (times `loss_scale`), (loss, normalizer, non_trainable))."""
+        """-> (the loss differentiated (times `loss_scale`), (loss, normalizer, non_trainable)).
+        A batch with `ROWS` (stacked for a device) counts its padding rows nowhere."""
+        rows = batch.get(ROWS)
         (logits, attention), non_trainable = self.model.stateless_call(
             trainable, non_trainable, batch, training=True)
         outputs = token_outputs(batch, logits, attention, self.label_smoothing, training=True)
-        keep = outlier_keeps([outputs])[0] if self.mask_outliers else None
+        if self.mask_outliers:
+            keep = (outlier_keeps([outputs])[0] if rows is None else rows * outlier_mask(
+                jnp.sum(outputs[0], -1), jnp.sum(outputs[1], -1), rows))
+        else:
+            keep = rows
         guided_scale = None
         if self.guided_alignment is not None:
+            # (a padding row has one target token: no word)
             guided_scale = guided_alignment_scale(
                 batch["target_length"] - 1, self.guided_alignment.source_time(batch),
                 self.guided_alignment.type, self.guided_alignment.weight)
@@ -101,10 +161,44 @@ class JaxTrainStep:
         (_, (loss, normalizer, non_trainable)), grads = grad_fn(
             trainable, non_trainable, loss_scale, batch)
         accumulators = [a + g.astype(jnp.float32) for a, g in zip(accumulators, grads)]
-        stats = {"loss_sum": loss, "normalizer": normalizer,
-                 "source_tokens": jnp.sum(batch["source_length"]),
-                 "target_tokens": jnp.sum(batch["target_length"])}
-        return accumulators, non_trainable, stats
+        return accumulators, non_trainable, self._batch_stats(batch, loss, normalizer)
+
+    @staticmethod
+    def _batch_stats(batch, loss, normalizer):
+        rows = batch.get(ROWS)
+        counted = (lambda n: n) if rows is None else (lambda n: n * rows.astype(n.dtype))
+        return {"loss_sum": loss, "normalizer": normalizer,
+                "source_tokens": jnp.sum(counted(batch["source_length"])),
+                "target_tokens": jnp.sum(counted(batch["target_length"]))}
+
+    def _sharded_accumulate_fn(self, accumulators, trainable, non_trainable, loss_scale,
+                               batches):
+        """`_accumulate_fn` over the devices of the mesh: `batches` [devices, batch, ...] (one
+        stacked group of `paired_by_shape`, split along the mesh's axis)."""
+        axis = self.mesh.axis_names[0]
+
+        def device_objective(trainable, non_trainable, loss_scale, batch):
+            batch = {name: value[0] for name, value in batch.items()}
+            objective, (loss, normalizer, non_trainable) = self._objective(
+                trainable, non_trainable, loss_scale, batch)
+            stats = self._batch_stats(batch, loss, normalizer)
+            return objective[None], ({n: v[None] for n, v in stats.items()}, non_trainable)
+
+        # (the weights and the random-seed state are the same on every device; a device's
+        # objective and statistics are its own)
+        sharded = jax.shard_map(
+            device_objective, mesh=self.mesh,
+            in_specs=(PartitionSpec(), PartitionSpec(), PartitionSpec(), PartitionSpec(axis)),
+            out_specs=(PartitionSpec(axis), (PartitionSpec(axis), PartitionSpec())))
+
+        def total(trainable, non_trainable, loss_scale, batches):
+            objectives, aux = sharded(trainable, non_trainable, loss_scale, batches)
+            return jnp.sum(objectives), aux
+
+        (_, (stats, non_trainable)), grads = jax.value_and_grad(total, has_aux=True)(
+            trainable, non_trainable, loss_scale, batches)
+        accumulators = [a + g.astype(jnp.float32) for a, g in zip(accumulators, grads)]
+        return accumulators, non_trainable, {n: jnp.sum(v) for n, v in stats.items()}
 
     def _apply_fn(self, accumulators, trainable, optimizer_variables, normalizer):
         grads = [a / normalizer for a in accumulators]
@@ -134,18 +228,27 @@ class JaxTrainStep:
             return jnp.float32(1.0)
         return self.optimizer.dynamic_scale.value.astype(jnp.float32)
 
+    def _device_batches(self, groups):
+        """The batches of one update as the batch function takes them, on their devices."""
+        if self.mesh is None:
+            return [{name: jnp.asarray(value) for name, value in batch.items()}
+                    for batch in groups[0]]
+        sharding = NamedSharding(self.mesh, PartitionSpec(self.mesh.axis_names[0]))
+        return [{name: jax.device_put(value, sharding)
+                 for name, value in stack_batches(batches).items()}
+                for batches in paired_by_shape(groups)]
+
     def __call__(self, groups):
-        if len(groups) != 1:
-            raise ValueError(f"the JAX train step drives one replica, got {len(groups)} groups")
-        group = groups[0]
+        if len(groups) != self.devices:
+            raise ValueError(f"the JAX train step drives {self.devices} device(s), got "
+                             f"{len(groups)} groups")
         if not hasattr(self, "_accumulators"):
             self._accumulators = [jnp.zeros(v.shape, jnp.float32) for v in self.trainable]
         trainable = _values(self.trainable)
         non_trainable = _values(self.non_trainable)
         loss_scale = self._loss_scale()
         stats = None
-        for batch in group:
-            batch = {name: jnp.asarray(value) for name, value in batch.items()}
+        for batch in self._device_batches(groups):
             self._accumulators, non_trainable, batch_stats = self._accumulate(
                 self._accumulators, trainable, non_trainable, loss_scale, batch)
             stats = batch_stats if stats is None else {

@@ -137,12 +137,14 @@ def weighted_sums(token_loss, mask, example_weight=None):
     return ops.sum(token_loss), ops.sum(mask)
 
 
-def nearest_percentiles(values, percents):
+def nearest_percentiles(values, percents, count=None):
     """The `percents` percentiles of values [n] with the nearest-rank rule of
     tfp.stats.percentile's default interpolation ("nearest"): the sorted value at index
-    round((n - 1) * p / 100), rounding half to even as tf.round does. -> [len(percents)]."""
+    round((n - 1) * p / 100), rounding half to even as tf.round does. -> [len(percents)].
+    `count` (optional, [] int32): the percentiles of the `count` smallest values only."""
     ranked = ops.sort(values)
-    count = ops.shape(values)[0]
+    if count is None:
+        count = ops.shape(values)[0]
     # (float32 where float64 may be missing (JAX): exact for the ranks of any batch)
     wide = "float64" if TENSORFLOW else "float32"
     last = ops.cast(count - 1, wide)
@@ -151,16 +153,23 @@ def nearest_percentiles(values, percents):
     return ops.take(ranked, indices)
 
 
-def outlier_mask(example_loss, example_tokens):
+def outlier_mask(example_loss, example_tokens, rows=None):
     """`params.mask_loss_outliers`, as OpenNMT-tf's training loss detects outliers: 0 for the
     examples whose mean token loss exceeds Q3 + 1.5 * (Q3 - Q1) of the batch's mean token
     losses (Q1, Q3: their 25th and 75th `nearest_percentiles`), 1 for the others.
 
     example_loss [batch] (summed token losses, label-smoothed as trained, not weighted),
-    example_tokens [batch] -> [batch] float32.
+    example_tokens [batch] -> [batch] float32. `rows` [batch] (optional): 1 for the batch's
+    examples, 0 for rows of padding (a batch padded to a common shape across devices), which
+    the quartiles leave out.
     """
     score = example_loss / example_tokens
-    quartiles = nearest_percentiles(score, [25.0, 75.0])
+    count = None
+    if rows is not None:
+        # (padding rows sort last, and the percentile ranks count the examples only)
+        score = ops.where(rows > 0, score, float("inf"))
+        count = ops.cast(ops.sum(rows), "int32")
+    quartiles = nearest_percentiles(score, [25.0, 75.0], count)
     first, third = quartiles[0], quartiles[1]
     threshold = third + 1.5 * (third - first)
     return ops.where(score > threshold, 0.0, 1.0)  # (a NaN score is kept, as in OpenNMT-tf)

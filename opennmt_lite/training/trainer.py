@@ -192,7 +192,7 @@ class Trainer:
             "(accum_steps) on each of %d replica(s)",
             f" (shard {stats.shard_index + 1}/{stats.num_shards})" if stats.num_shards > 1 else "",
             stats.num_examples, stats.num_dropped, stats.dropped, self.training_input.accum_steps,
-            strategy.num_replicas_in_sync if strategy else 1,
+            strategy.num_replicas_in_sync if strategy else len(training_inputs),
         )
         self.train_step = train_step
         self.last_saved = None
