@@ -51,7 +51,9 @@ def devices_side(tmp_path_factory):
                 "resumed": ["train", "--config", resumed],
                 "too_many": ["train", "--config", too_many]}
     (directory / "commands.json").write_text(json.dumps(commands))
-    arrays, results = jax_worker.run("devices", directory, **TWO_CPU_DEVICES)
+    # (one compilation cache for the three runs, which compile the same programs)
+    arrays, results = jax_worker.run("devices", directory, **TWO_CPU_DEVICES,
+                                     JAX_COMPILATION_CACHE_DIR=str(directory / "jax_cache"))
     return arrays, results, straight_dir, part_dir
 
 
