@@ -627,16 +627,17 @@ def _trained_objects(config, built_assets):
 def _check_jax_training(config):
     """The training options that Keras' JAX backend does not run yet: one line each
     (ConfigError, exit 2), before anything is built."""
-    train, params = config.train, config.params
+    train = config.train
     if os.environ.get("TF_CONFIG"):
         raise ConfigError("TF_CONFIG (multi-worker training) needs TensorFlow: unset it or run "
                           "with KERAS_BACKEND=tensorflow")
     if config.model.type != "transformer":  # (their losses are TensorFlow's train step's)
         raise ConfigError(f"model.type: {config.model.type} trains on the TensorFlow backend "
                           "only for now: run with KERAS_BACKEND=tensorflow")
-    if params.contrastive_learning:
-        raise ConfigError("params.contrastive_learning is not supported on the JAX backend yet: "
-                          "run with KERAS_BACKEND=tensorflow")
+    if config.params.contrastive_learning and train.num_devices > 1:
+        raise ConfigError(f"params.contrastive_learning on {train.num_devices} devices "
+                          "(train.num_devices) is not supported on the JAX backend: train on 1 "
+                          "device or run with KERAS_BACKEND=tensorflow")
     if train.sub_batches and train.sub_batches > 1:
         logger.warning("train.sub_batches=%d is not used on the JAX backend (XLA runs one pass "
                        "over all threads)", train.sub_batches)
@@ -676,7 +677,8 @@ def _jax_trainer(config, with_evaluation):
     keras.utils.set_random_seed(train.seed)
     built_assets = assets(config.data, config.model)
     transformer, built_optimizer, moving_average = _trained_objects(config, built_assets)
-    inputs = training_inputs(config.data, train, built_assets, None, devices=train.num_devices)
+    inputs = training_inputs(config.data, train, built_assets, None, devices=train.num_devices,
+                             negatives=contrastive_negatives(config.params, built_assets))
     step = JaxTrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,
@@ -685,6 +687,7 @@ def _jax_trainer(config, with_evaluation):
         clip_gradients=config.params.clip_gradients or None,
         guided_alignment=guided_alignment(config.params, train, True),
         mask_outliers=config.params.mask_loss_outliers, mesh=mesh,
+        max_margin_eta=config.params.max_margin_eta if config.params.contrastive_learning else None,
     )
     result = Trainer(config.model_dir, train, transformer, built_optimizer, inputs, step, None,
                      moving_average=moving_average)

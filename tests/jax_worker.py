@@ -19,6 +19,9 @@ does that from a test and loads the results. The jobs:
 - `devices` (with XLA_FLAGS making 2 CPU devices): tests/test_jax_devices.py's runs on the 2
   devices of keras.distribution's DataParallel (see `devices_values`), and its command lines
   (OUT_DIR/commands.json) run as the `commands` job's, TensorFlow unimportable;
+- `training_options`: tests/jax_training_case.py's `OPTIONS` by the JAX train step (arrays
+  `<option>/<name>` of `run_option`), and the JAX trainer `build.trainer` makes of the config
+  in OUT_DIR/contrastive.json (`training_option_values`);
 - `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
   process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`, with
   TensorFlow made unimportable (as in an install without it).
@@ -232,6 +235,34 @@ def devices_values():
     return values
 
 
+def training_option_values(directory):
+    """{<option>/<name>: array} of tests/jax_training_case.py's `OPTIONS`, each run by
+    `JaxTrainStep` (`run_option`); and, if directory/contrastive.json holds a user config, what
+    `build.trainer` makes of it on JAX: `contrastive_trainer/eta` (its train step's
+    max_margin_eta) and `contrastive_trainer/batch/<key>` (its first training batch)."""
+    if "tensorflow" not in sys.modules:  # (none of it needs TensorFlow: its import costs seconds)
+        sys.modules["tensorflow"] = None
+    import jax_training_case as case
+    from opennmt_lite import build
+    from opennmt_lite.config import build_config
+    from opennmt_lite.training.jax_step import JaxTrainStep
+
+    def make_step(model, optimizer, options):
+        return JaxTrainStep(model, optimizer, case.ACCUM_STEPS, **options)
+
+    values = {}
+    for name in case.OPTIONS:
+        values.update({f"{name}/{key}": value
+                       for key, value in case.run_option(name, make_step).items()})
+    config_path = pathlib.Path(directory) / "contrastive.json"
+    if config_path.exists():
+        trainer = build.trainer(build_config(json.loads(config_path.read_text())))
+        values["contrastive_trainer/eta"] = np.array(trainer.train_step.max_margin_eta)
+        first = next(iter(trainer.training_input.groups()))[0]
+        values.update({f"contrastive_trainer/batch/{key}": v for key, v in first.items()})
+    return values
+
+
 def run_commands(commands):
     """{name: {"status": exit status, "stdout": ..., "stderr": ...}} of `run.main(argv)` for each
     of `commands` ({name: argv}), in order, in this process."""
@@ -322,6 +353,8 @@ def main(job, directory):
         arrays = devices_values()
         commands = json.loads((directory / "commands.json").read_text())
         (directory / "results.json").write_text(json.dumps(run_commands(commands)))
+    elif job == "training_options":
+        arrays = training_option_values(directory)
     elif job == "decoding":
         (directory / "results.json").write_text(json.dumps(fixture_translations()))
     elif job == "commands":

@@ -30,18 +30,25 @@ exactly the update of one device accumulating all those batches.
 Supported: label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
 of outliers, regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed
 precision, float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the
-step, as on TensorFlow). Not here (refused by the builder on JAX): contrastive learning,
-sub-batches (train.sub_batches: XLA schedules one pass over its threads).
+step, as on TensorFlow), contrastive learning (`max_margin_eta`: OpenNMT-tf's max-margin loss of
+each batch against its negatives, normalizer 1, so that the update is the mean of the group's
+gradients; the encoder and the decoder's two passes run under a `keras.StatelessScope`, as
+`stateless_call` runs `call`; one device), and the moving average (the trainer's, on the stored
+variables); tests/test_jax_training_options.py compares each of them with TensorFlow's
+`TrainStep`. Not here: sub-batches (train.sub_batches, a warning: XLA schedules one pass over
+its threads).
 """
 
 import jax
 import jax.numpy as jnp
+import keras
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from opennmt_lite.checkpointing.names import inner_optimizer
-from opennmt_lite.training.losses import guided_alignment_scale, outlier_mask
-from opennmt_lite.training.objective import outlier_keeps, reduce_loss, token_outputs
+from opennmt_lite.training.losses import guided_alignment_scale, max_margin_loss, outlier_mask
+from opennmt_lite.training.objective import (
+    contrastive_sums, outlier_keeps, reduce_loss, token_outputs)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 
@@ -103,8 +110,11 @@ class JaxTrainStep:
 
     def __init__(self, model, optimizer, accum_steps, label_smoothing=0.0,
                  average_loss_in_time=True, guided_alignment=None, regularization=None,
-                 clip_gradients=None, mask_outliers=False, mesh=None):
+                 clip_gradients=None, mask_outliers=False, max_margin_eta=None, mesh=None):
+        """`max_margin_eta`: None, the cross-entropy; else contrastive learning's max-margin loss
+        with this margin (the batches then hold the negatives, noisy_target_*; one device)."""
         self.model = model
+        self.max_margin_eta = max_margin_eta
         self.optimizer = optimizer
         self.accum_steps = accum_steps
         self.label_smoothing = label_smoothing
@@ -132,9 +142,26 @@ class JaxTrainStep:
 
     # -- the compiled functions --------------------------------------------------------------
 
+    def _stateless(self, trainable, non_trainable, function):
+        """-> (`function(model)`, the non-trainable values after it) with the given values in
+        place of the model's variables: `stateless_call`'s mechanics for what is not the
+        model's `call` (contrastive learning's encoder and two decoder passes)."""
+        mapping = (list(zip(self.trainable, trainable))
+                   + list(zip(self.non_trainable, non_trainable)))
+        with keras.StatelessScope(state_mapping=mapping) as scope:
+            result = function(self.model)
+        return result, [scope.get_current_value(v) for v in self.non_trainable]
+
     def _objective(self, trainable, non_trainable, loss_scale, batch):
         """-> (the loss differentiated (times `loss_scale`), (loss, normalizer, non_trainable)).
         A batch with `ROWS` (stacked for a device) counts its padding rows nowhere."""
+        if self.max_margin_eta is not None:
+            # contrastive learning: a scalar per batch, normalizer 1 (the update is the mean of
+            # the group's gradients, as on TensorFlow); no outlier masking nor guided alignment
+            sums, non_trainable = self._stateless(
+                trainable, non_trainable, lambda model: contrastive_sums(model, batch, True))
+            loss = max_margin_loss(*sums, eta=self.max_margin_eta)
+            return self._penalized(loss, trainable, loss_scale, jnp.float32(1.0), non_trainable)
         rows = batch.get(ROWS)
         (logits, attention), non_trainable = self.model.stateless_call(
             trainable, non_trainable, batch, training=True)
@@ -152,6 +179,11 @@ class JaxTrainStep:
                 self.guided_alignment.type, self.guided_alignment.weight)
         loss, normalizer = reduce_loss(batch, outputs, self.average_loss_in_time,
                                        self.guided_alignment, guided_scale, keep)
+        return self._penalized(loss, trainable, loss_scale, normalizer, non_trainable)
+
+    def _penalized(self, loss, trainable, loss_scale, normalizer, non_trainable):
+        """`_objective`'s result from a batch's loss, with the weight penalty added (whichever
+        the loss)."""
         if self.regularization is not None:
             loss += weight_penalty([trainable[i] for i in self.penalized], self.regularization)
         return loss * loss_scale, (loss, normalizer, non_trainable)

@@ -1,8 +1,8 @@
 """The training objective of one batch in `keras.ops`, shared by the TensorFlow train step
 (training/step.py) and the JAX one (training/jax_step.py): from the model's logits and attention
 to the batch's summed loss and its normalizer (example weights, guided alignment, the masking of
-outliers). The gradient mechanics of each backend live in those two modules; the arithmetic of
-the loss is written once, here.
+outliers), and contrastive learning's sums (`contrastive_sums`). The gradient mechanics of each
+backend live in those two modules; the arithmetic of the loss is written once, here.
 """
 
 import dataclasses
@@ -10,7 +10,8 @@ import dataclasses
 from keras import ops
 
 from opennmt_lite.training.losses import (
-    guided_alignment_sum, outlier_mask, token_cross_entropy, weighted_sums)
+    cross_entropy_sequence_loss, guided_alignment_sum, outlier_mask, token_cross_entropy,
+    weighted_sums)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,3 +85,17 @@ def outlier_keeps(outputs):
         bounds.append((start, start + size))
         start = start + size
     return [keep[begin:end] for begin, end in bounds]
+
+
+def contrastive_sums(model, batch, training):
+    """-> (true NLL sum, true tokens, negative NLL sum, negative tokens) of one batch (all []
+    float32, no label smoothing), what `max_margin_loss` takes: one encoder pass, the decoder run
+    on the targets and on their negatives (noisy_target_*)."""
+    memory = model.encode(batch["source_ids"], batch["source_length"], training=training)
+    sums = []
+    for prefix in ("", "noisy_"):
+        logits, _ = model.decode(batch[prefix + "target_ids_in"], batch[prefix + "target_length"],
+                                 memory, batch["source_length"], training=training)
+        sums.extend(cross_entropy_sequence_loss(
+            logits, batch[prefix + "target_ids_out"], batch[prefix + "target_length"]))
+    return tuple(sums)

@@ -46,11 +46,11 @@ from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
 from opennmt_lite.models.encoder_models import is_encoder_model
 from opennmt_lite.training.losses import (
-    cross_entropy_sequence_loss, encoder_model_losses, guided_alignment_scale, max_margin_loss)
-# (the loss arithmetic shared with the JAX step; GuidedAlignment, reduce_loss and outlier_keeps
-# are imported from here by the builder and the tests)
+    encoder_model_losses, guided_alignment_scale, max_margin_loss)
+# (the loss arithmetic shared with the JAX step; GuidedAlignment, reduce_loss, outlier_keeps and
+# contrastive_sums are imported from here by the builder and the tests)
 from opennmt_lite.training.objective import (  # noqa: F401
-    GuidedAlignment, outlier_keeps, reduce_loss, token_outputs)
+    GuidedAlignment, contrastive_sums, outlier_keeps, reduce_loss, token_outputs)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
@@ -75,19 +75,6 @@ def forward(model, batch, label_smoothing, training):
         return encoder_model_losses(model, batch, label_smoothing, training)
     logits, attention = model(batch, training=training)
     return token_outputs(batch, logits, attention, label_smoothing, training)
-
-
-def contrastive_sums(model, batch, training):
-    """-> (true NLL sum, true tokens, negative NLL sum, negative tokens) of one batch: one encoder
-    pass, the decoder run on the targets and on their negatives (noisy_target_*)."""
-    memory = model.encode(batch["source_ids"], batch["source_length"], training=training)
-    sums = []
-    for prefix in ("", "noisy_"):
-        logits, _ = model.decode(batch[prefix + "target_ids_in"], batch[prefix + "target_length"],
-                                 memory, batch["source_length"], training=training)
-        sums.extend(cross_entropy_sequence_loss(
-            logits, batch[prefix + "target_ids_out"], batch[prefix + "target_length"]))
-    return tuple(sums)
 
 
 def split_batch(batch, parts):
