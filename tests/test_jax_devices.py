@@ -10,7 +10,8 @@ devices (XLA_FLAGS=--xla_force_host_platform_device_count=2), in one JAX subproc
   rows of padding must count in neither the quartiles nor the normalizer.
 - `run.py train` with `train.num_devices: 2` on JAX (TensorFlow unimportable): two data shards,
   one per device, logged; a run stopped at step 4 and resumed to 6 ends bit for bit as the run
-  straight to 6; more devices than JAX sees is one line naming train.num_devices, exit 2.
+  straight to 6; more devices than JAX sees, or contrastive learning on several devices, is one
+  line naming the key, exit 2.
 """
 
 import json
@@ -47,9 +48,14 @@ def devices_side(tmp_path_factory):
     part, part_dir = device_config(directory, data, "resumed", 4)
     resumed, _ = device_config(directory, data, "resumed", 6, file_name="resumed6")
     too_many, _ = device_config(directory, data, "too_many", 6, num_devices=3)
+    contrastive, _ = device_config(directory, data, "contrastive", 6)
+    config = yaml.safe_load(open(contrastive))
+    config["params"]["contrastive_learning"] = True
+    (directory / "contrastive.devices.yml").write_text(yaml.safe_dump(config))
     commands = {"straight": ["train", "--config", straight], "part": ["train", "--config", part],
                 "resumed": ["train", "--config", resumed],
-                "too_many": ["train", "--config", too_many]}
+                "too_many": ["train", "--config", too_many],
+                "contrastive": ["train", "--config", contrastive]}
     (directory / "commands.json").write_text(json.dumps(commands))
     # (one compilation cache for the three runs, which compile the same programs)
     arrays, results = jax_worker.run("devices", directory, **TWO_CPU_DEVICES,
@@ -116,3 +122,10 @@ def test_more_devices_than_jax_sees_is_one_line(devices_side):
     lines = result["stderr"].strip().splitlines()
     assert len(lines) == 1 and "train.num_devices is 3" in lines[0], result["stderr"][-2000:]
     assert "JAX sees 2 device(s)" in lines[0] and "Traceback" not in result["stderr"]
+
+
+def test_contrastive_learning_on_several_devices_is_one_line(devices_side):
+    result = devices_side[1]["contrastive"]
+    assert result["status"] == 2
+    lines = result["stderr"].strip().splitlines()
+    assert len(lines) == 1 and "params.contrastive_learning on 2 devices" in lines[0], lines
