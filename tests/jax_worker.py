@@ -199,39 +199,35 @@ def training_values():
     return values
 
 
-# Updates of the `devices` job's run with outlier masking (and no averaging in time).
-OUTLIER_UPDATES = 8
+# The options of the `devices` job's run (tests/test_jax_devices.py): outlier masking, whose
+# quartiles must leave out the rows of padding, and normalisation by examples, which must not
+# count them.
+DEVICE_OPTIONS = {"mask_outliers": True, "average_loss_in_time": False}
 
 
 def devices_values():
     """{name: array} of tests/jax_training_case.py's updates on 2 devices (each update's two
-    batches, of different shapes, one per device; accumulation 1), `JaxTrainStep` over the mesh
-    of `jax_data_parallel(2)`: `loss`, `learning_rate`, the trained weights `weight/<name>`;
-    and `outliers/loss`: the first OUTLIER_UPDATES updates with `mask_outliers` and
-    `average_loss_in_time` false."""
+    batches, of different shapes, one per device; accumulation 1; DEVICE_OPTIONS), `JaxTrainStep`
+    over the mesh of `jax_data_parallel(2)`: `loss`, `learning_rate`, the trained weights
+    `weight/<name>`."""
     import jax_training_case as case
     from opennmt_lite.checkpointing.names import named_trainable
     from opennmt_lite.training.distribute import jax_data_parallel
     from opennmt_lite.training.jax_step import JaxTrainStep
 
     mesh = jax_data_parallel(2)
-    values = {"devices": np.array(mesh.size)}
-    for prefix, options, updates in (
-            ("", {}, case.UPDATES),
-            ("outliers/", {"mask_outliers": True, "average_loss_in_time": False},
-             OUTLIER_UPDATES)):
-        model = case.make_model()
-        optimizer = case.make_optimizer(model)
-        step = JaxTrainStep(model, optimizer, 1, label_smoothing=case.LABEL_SMOOTHING,
-                            clip_gradients=case.CLIP_GRADIENTS, mesh=mesh, **options)
-        losses, rates = [], []
-        for group in case.groups()[:updates]:
-            rates.append(float(np.asarray(optimizer.learning_rate)))
-            losses.append(float(step(tuple((batch,) for batch in group))["loss"]))
-        values[f"{prefix}loss"] = np.array(losses, np.float32)
-        values[f"{prefix}learning_rate"] = np.array(rates, np.float32)
-        for name, variable in named_trainable(model).items():
-            values[f"{prefix}weight/{name}"] = np.asarray(variable.value)
+    model = case.make_model()
+    optimizer = case.make_optimizer(model)
+    step = JaxTrainStep(model, optimizer, 1, label_smoothing=case.LABEL_SMOOTHING,
+                        clip_gradients=case.CLIP_GRADIENTS, mesh=mesh, **DEVICE_OPTIONS)
+    losses, rates = [], []
+    for group in case.groups():
+        rates.append(float(np.asarray(optimizer.learning_rate)))
+        losses.append(float(step(tuple((batch,) for batch in group))["loss"]))
+    values = {"devices": np.array(mesh.size), "loss": np.array(losses, np.float32),
+              "learning_rate": np.array(rates, np.float32)}
+    for name, variable in named_trainable(model).items():
+        values[f"weight/{name}"] = np.asarray(variable.value)
     return values
 
 

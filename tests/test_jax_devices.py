@@ -6,8 +6,9 @@ devices (XLA_FLAGS=--xla_force_host_platform_device_count=2), in one JAX subproc
   padded to a common one) taken one per device, give the losses, learning rates and weights of
   the TensorFlow backend's step accumulating the same two batches on one device: OpenNMT-tf's
   multi-replica rule (the replicas' gradient sums added, divided by their total normalizer) is
-  that update exactly. The same with outlier masking and normalisation by examples, where the
-  rows of padding must count in neither the quartiles nor the normalizer.
+  that update exactly. With outlier masking (which masks examples from the first update on)
+  and normalisation by examples: the rows of padding count in neither the quartiles nor the
+  normalizer.
 - `run.py train` with `train.num_devices: 2` on JAX (TensorFlow unimportable): two data shards,
   one per device, logged; a run stopped at step 4 and resumed to 6 ends bit for bit as the run
   straight to 6; more devices than JAX sees, or contrastive learning on several devices, is one
@@ -23,18 +24,20 @@ import yaml
 import jax_training_case as case
 import jax_worker
 from opennmt_lite.checkpointing.bundle import read_bundle
+from opennmt_lite.training.jax_step import ROWS, stack_batches
 from test_jax_training import reported_losses, write_corpus, write_run_config
 
 TWO_CPU_DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
 
 
 def device_config(tmp_path, data, name, max_step, num_devices=2, file_name=None):
-    """test_jax_training's run config (2 shapes, dropout, moving average, a checkpoint every 4
-    updates) on `num_devices` devices, 128-token batches: 2 per device and update; written to
+    """test_jax_training's run config (dropout, moving average, a checkpoint every 4 updates) on
+    `num_devices` devices, 128-token batches in one shape: 2 per device and update; written to
     `file_name`.devices.yml (default: `name`.devices.yml), model_dir `name`."""
     path, model_dir = write_run_config(tmp_path, data, name, max_step)
     config = yaml.safe_load(open(path))
-    config["train"].update(num_devices=num_devices, batch_size=128)
+    # (one batch shape: one program to compile; stacks of two shapes are devices_values')
+    config["train"].update(num_devices=num_devices, batch_size=128, xla_shapes=1)
     path = tmp_path / f"{file_name or name}.devices.yml"  # (write_run_config's: `name`.yml)
     path.write_text(yaml.safe_dump(config))
     return str(path), model_dir
@@ -65,7 +68,7 @@ def devices_side(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tensorflow_side():
-    return case.tensorflow_run()
+    return case.tensorflow_run(**jax_worker.DEVICE_OPTIONS)
 
 
 def test_two_devices_give_the_update_of_one_accumulating_both_batches(devices_side,
@@ -87,14 +90,22 @@ def test_two_devices_give_the_update_of_one_accumulating_both_batches(devices_si
         assert difference <= 5e-3, (name, difference)
 
 
-def test_padding_rows_count_in_no_quartile_and_no_normalizer(devices_side):
-    arrays = devices_side[0]
-    tf_losses, _, _ = case.tensorflow_run(jax_worker.OUTLIER_UPDATES, mask_outliers=True,
-                                          average_loss_in_time=False)
-    # (normalised by examples, the loss is a per-sentence sum: larger than the token mean)
-    assert tf_losses.min() > arrays["loss"][:jax_worker.OUTLIER_UPDATES].max()
-    relative = np.abs(arrays["outliers/loss"] - tf_losses) / np.abs(tf_losses)
-    assert relative.max() <= 1e-4, (relative.max(), int(relative.argmax()))
+def test_stacked_batches_mark_their_rows_of_padding():
+    first, second = case.groups()[0]
+    stacked = stack_batches([first, second])
+    rows, size = stacked[ROWS], len(first["source_length"])
+    assert size > len(second["source_length"])
+    np.testing.assert_array_equal(rows[0], np.ones(size))
+    np.testing.assert_array_equal(rows[1], np.arange(size) < len(second["source_length"]))
+    padding = rows[1] == 0
+    for name, value in second.items():
+        got = stacked[name][1]
+        assert got.shape[0] == size and got.shape[1:] == stacked[name][0].shape[1:], name
+        np.testing.assert_array_equal(got[tuple(slice(0, n) for n in value.shape)], value, name)
+        # (a row of padding: one token of id 0, weight 0)
+        expected = 1 if name.endswith("length") else 0
+        assert np.all(got[padding] == expected), name
+    assert np.all(stacked["source_ids"][0][:, first["source_ids"].shape[1]:] == 0)
 
 
 def test_train_command_on_two_devices_resumes_bit_identical(devices_side):
