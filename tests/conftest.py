@@ -1,6 +1,13 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A JAX subprocess given a persistent compilation cache by its test (JAX_COMPILATION_CACHE_DIR:
+# tests/test_jax_training.py's killed and resumed runs) keeps every program there, not only
+# those that took a second to compile (JAX's default): the runs after the first load the
+# hundreds of small ones too (2 × 2 runs: the test took 40-46 s instead of 60-80 s). The same
+# executables, loaded instead of compiled: the same numbers. (run.py's own cache in model_dir
+# sets its threshold itself.)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pathlib
 
