@@ -33,6 +33,8 @@ SLOW_FILES = {
     "test_write_faults.py": 130,
     "test_tflite.py": 120,
     "test_jax_commands.py": 90,
+    "test_jax_training_options.py": 70,
+    "test_jax_devices.py": 60,
     "test_interruption.py": 90,
     "test_package.py": 75,
     "test_jax_decoding.py": 60,
