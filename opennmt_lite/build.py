@@ -633,9 +633,6 @@ def _check_jax_training(config):
     if train.num_devices > 1:
         raise ConfigError(f"train.num_devices: {train.num_devices} devices are not supported on "
                           "the JAX backend yet: set 1 or run with KERAS_BACKEND=tensorflow")
-    if config.model.type != "transformer":  # (their losses are TensorFlow's train step's)
-        raise ConfigError(f"model.type: {config.model.type} trains on the TensorFlow backend "
-                          "only for now: run with KERAS_BACKEND=tensorflow")
     if params.contrastive_learning:
         raise ConfigError("params.contrastive_learning is not supported on the JAX backend yet: "
                           "run with KERAS_BACKEND=tensorflow")
@@ -676,7 +673,11 @@ def _jax_trainer(config, with_evaluation):
     keras.utils.set_random_seed(train.seed)
     built_assets = assets(config.data, config.model)
     transformer, built_optimizer, moving_average = _trained_objects(config, built_assets)
-    inputs = training_inputs(config.data, train, built_assets, None)
+    if config.model.is_encoder_model:
+        inputs = encoder_training_inputs(config.data, train, built_assets, None,
+                                         label_kind(config.model))
+    else:
+        inputs = training_inputs(config.data, train, built_assets, None)
     step = JaxTrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,

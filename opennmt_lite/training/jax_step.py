@@ -4,8 +4,8 @@ The same semantics as training/step.py's `TrainStep` (OpenNMT-tf's accumulation:
 the summed token losses of every batch of the group are added up, divided once by the group's
 total normalizer, and applied in one optimizer update, which advances the learning-rate schedule
 once), with the loss arithmetic shared through training/objective.py. The mechanics are JAX's,
-functional: the model runs through `model.stateless_call` (its non-trainable state, the dropout
-seeds, returned updated), `jax.value_and_grad` differentiates the batch's summed loss with
+functional: the model and its loss run in a `keras.StatelessScope` (`objective.stateless_forward`,
+as `model.stateless_call`; its non-trainable state, the dropout seeds, returned updated), `jax.value_and_grad` differentiates the batch's summed loss with
 respect to the trainable values, and `optimizer.stateless_apply` makes the update. Two compiled
 functions, as on TensorFlow: one per batch (forward, backward, gradients added to float32
 accumulators, donated so that they are updated in place), one per group (normalise, clip, apply).
@@ -17,7 +17,8 @@ After each update the new values are assigned back to the Keras variables (a ref
 so that the rest of the trainer (checkpoints, evaluation, the moving average, the reports) reads
 the model and the optimizer as on TensorFlow.
 
-Supported: label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
+Supported: every model type (a Transformer, a language model, a sequence tagger, its CRF
+included, and a classifier, each with TrainStep's loss), label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
 of outliers, regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed
 precision, float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the
 step, as on TensorFlow). Not here (refused by the builder on JAX): contrastive learning,
@@ -29,7 +30,7 @@ import jax.numpy as jnp
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.training.losses import guided_alignment_scale
-from opennmt_lite.training.objective import outlier_keeps, reduce_loss, token_outputs
+from opennmt_lite.training.objective import outlier_keeps, reduce_loss, stateless_forward
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 
@@ -81,9 +82,11 @@ class JaxTrainStep:
 
     def _objective(self, trainable, non_trainable, loss_scale, batch):
         """-> (the loss differentiated (times `loss_scale`), (loss, normalizer, non_trainable))."""
-        (logits, attention), non_trainable = self.model.stateless_call(
-            trainable, non_trainable, batch, training=True)
-        outputs = token_outputs(batch, logits, attention, self.label_smoothing, training=True)
+        # (the model type's own loss, as TrainStep's `forward`: a tagger's CRF included)
+        outputs, values = stateless_forward(
+            self.model, self.trainable + self.non_trainable, list(trainable) + list(non_trainable),
+            batch, self.label_smoothing)
+        non_trainable = values[len(self.trainable):]
         keep = outlier_keeps([outputs])[0] if self.mask_outliers else None
         guided_scale = None
         if self.guided_alignment is not None:
