@@ -16,6 +16,10 @@ does that from a test and loads the results. The jobs:
   lines per sentence);
 - `training`: tests/jax_training_case.py's updates by the JAX train step (arrays `loss` [updates],
   `learning_rate` [updates], the trained weights `weight/<name>`);
+- `other_models`: tests/jax_other_models_case.py's updates of a tagger (with and without CRF),
+  a classifier and a language model by the JAX train step (arrays `<kind>/loss`,
+  `<kind>/weight/<name>`), then the `run.py` command lines of OUT_DIR/commands.json (results.json,
+  as `commands`), with TensorFlow unimportable;
 - `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
   process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`, with
   TensorFlow made unimportable (as in an install without it).
@@ -248,8 +252,17 @@ def sampling_draws(translation_function, options_class):
     return values
 
 
+def other_models_values():
+    """{<kind>/<name>: array} of tests/jax_other_models_case.py's runs by `JaxTrainStep`."""
+    import jax_other_models_case as case
+    from opennmt_lite.training.jax_step import JaxTrainStep
+
+    return {f"{kind}/{name}": value for kind in case.KINDS
+            for name, value in case.train(kind, JaxTrainStep).items()}
+
+
 def main(job, directory):
-    if job == "commands":  # (as where TensorFlow is not installed: `import tensorflow` fails)
+    if job in ("commands", "other_models"):  # (as where TensorFlow is not installed)
         sys.modules["tensorflow"] = None
     import keras
 
@@ -278,6 +291,10 @@ def main(job, directory):
         arrays = fixture_values()
     elif job == "training":
         arrays = training_values()
+    elif job == "other_models":
+        arrays = other_models_values()
+        commands = json.loads((directory / "commands.json").read_text())
+        (directory / "results.json").write_text(json.dumps(run_commands(commands)))
     elif job == "decoding":
         (directory / "results.json").write_text(json.dumps(fixture_translations()))
     elif job == "commands":
