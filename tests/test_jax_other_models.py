@@ -35,7 +35,7 @@ LM = os.path.join(FIXTURES, "onmt_tf_lm")
 ENCODER = {"num_layers": 2, "num_units": 32, "num_heads": 2, "ffn_inner_dim": 64}
 LM_MODEL = {"type": "language_model", **ENCODER, "ffn_activation": "gelu",
             "gelu_approximation": True, "maximum_position": 128}
-PREFIXES = 2  # (the language model's continuations are eager steps on JAX: a few)
+PREFIXES = 4
 
 
 def lines(path):

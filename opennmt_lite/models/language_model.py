@@ -81,13 +81,17 @@ class LanguageModelLayer(_TransformerLayer):
         self.self_attention.build(input_shape)
         self.ffn.build(input_shape)
 
-    def call(self, inputs, attention_mask=None, positions=None, training=None, cache=None):
+    def call(self, inputs, attention_mask=None, positions=None, training=None, cache=None,
+             cache_slot=None):
         """With `cache` ((keys, values) [batch, heads, time_cached, depth / heads] of the earlier
-        positions): -> (outputs, the cache extended by these positions)."""
+        positions): -> (outputs, the cache extended by these positions). With `cache_slot` (an
+        int32 scalar), the cache is of fixed-size buffers [batch, heads, capacity, depth /
+        heads] and the one new position is written at that slot (MultiHeadAttention's
+        `cache_slot`; `attention_mask` hides the slots after it)."""
         with recording_scope("self_attention"):
             outputs, new_cache = self.self_attention(inputs, attention_mask=attention_mask,
                                                      positions=positions, training=training,
-                                                     cache=cache)
+                                                     cache=cache, cache_slot=cache_slot)
         with recording_scope("ffn"):
             outputs = self.ffn(outputs, training=training)
         record("output", outputs)
@@ -144,6 +148,34 @@ class LanguageModelDecoder(TransformerStack):
         heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
         empty = ops.zeros((batch, heads, 0, units // heads), self.compute_dtype)
         return [(empty, empty) for _ in self.layers]
+
+    def decode_slot(self, inputs, position, cache):
+        """One new position with a cache of fixed-size buffers (`fixed_cache`), for a loop
+        compiled once whatever the position: inputs [batch, 1, depth] at `position` (an int32
+        scalar, its slot) -> (logits [batch, 1, vocabulary_size], the buffers with its keys and
+        values written)."""
+        position = ops.cast(position, "int32")
+        positions = ops.reshape(position, (1,))
+        x = self.embed(inputs, positions, False)
+        capacity = ops.shape(cache[0][0])[2]
+        mask = ops.cast(ops.arange(capacity, dtype="int32") <= position, "float32")
+        mask = ops.broadcast_to(mask[None, None, :], (ops.shape(inputs)[0], 1, capacity))
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache):
+            x, layer_cache = layer(x, attention_mask=mask, positions=positions, training=False,
+                                   cache=layer_cache, cache_slot=position)
+            new_cache.append(layer_cache)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return self.output_layer(x), new_cache
+
+    @staticmethod
+    def fixed_cache(cache, capacity):
+        """`decode_cached`'s cache of time_cached positions in buffers of `capacity` slots (the
+        later ones zeros) for `decode_slot`."""
+        padding = lambda buffer: ops.pad(  # noqa: E731
+            buffer, [(0, 0), (0, 0), (0, capacity - ops.shape(buffer)[2]), (0, 0)])
+        return [(padding(keys), padding(values)) for keys, values in cache]
 
     def decode_cached(self, inputs, positions, cache):
         """Inference on new positions after the cached ones, every row as long:
