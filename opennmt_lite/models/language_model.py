@@ -150,32 +150,33 @@ class LanguageModelDecoder(TransformerStack):
         return [(empty, empty) for _ in self.layers]
 
     def decode_slot(self, inputs, position, cache):
-        """One new position with a cache of fixed-size buffers (`fixed_cache`), for a loop
-        compiled once whatever the position: inputs [batch, 1, depth] at `position` (an int32
-        scalar, its slot) -> (logits [batch, 1, vocabulary_size], the buffers with its keys and
-        values written)."""
-        position = ops.cast(position, "int32")
-        positions = ops.reshape(position, (1,))
+        """New positions with a cache of fixed-size buffers (`fixed_cache`), for a step compiled
+        once whatever the position: inputs [batch, time, depth] at positions `position` ..
+        `position` + time - 1 (`position` an int32 scalar, the first one's slot) -> (logits
+        [batch, time, vocabulary_size], the buffers with their keys and values written; the
+        slots after them stay masked)."""
+        time = ops.shape(inputs)[1]
+        positions = ops.cast(position, "int32") + ops.arange(time, dtype="int32")
         x = self.embed(inputs, positions, False)
         capacity = ops.shape(cache[0][0])[2]
-        mask = ops.cast(ops.arange(capacity, dtype="int32") <= position, "float32")
-        mask = ops.broadcast_to(mask[None, None, :], (ops.shape(inputs)[0], 1, capacity))
+        mask = ops.cast(ops.arange(capacity, dtype="int32")[None, :] <= positions[:, None],
+                        "float32")
+        mask = ops.broadcast_to(mask[None], (ops.shape(inputs)[0], time, capacity))
         new_cache = []
         for layer, layer_cache in zip(self.layers, cache):
             x, layer_cache = layer(x, attention_mask=mask, positions=positions, training=False,
-                                   cache=layer_cache, cache_slot=position)
+                                   cache=layer_cache, cache_slot=positions[0])
             new_cache.append(layer_cache)
         if self.layer_norm is not None:
             x = self.layer_norm(x)
         return self.output_layer(x), new_cache
 
-    @staticmethod
-    def fixed_cache(cache, capacity):
-        """`decode_cached`'s cache of time_cached positions in buffers of `capacity` slots (the
-        later ones zeros) for `decode_slot`."""
-        padding = lambda buffer: ops.pad(  # noqa: E731
-            buffer, [(0, 0), (0, 0), (0, capacity - ops.shape(buffer)[2]), (0, 0)])
-        return [(padding(keys), padding(values)) for keys, values in cache]
+    def fixed_cache(self, batch, capacity):
+        """Per layer, (keys, values) buffers of `capacity` empty slots for `decode_slot`:
+        [batch, heads, capacity, depth / heads] zeros (NumPy)."""
+        heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
+        empty = np.zeros((batch, heads, capacity, units // heads), self.compute_dtype)
+        return [(empty, empty) for _ in self.layers]
 
     def decode_cached(self, inputs, positions, cache):
         """Inference on new positions after the cached ones, every row as long:
