@@ -11,7 +11,8 @@ unimportable there, as in an install without it):
   1004, its evaluation the TensorFlow backend's evaluator's on the same checkpoint, and `infer`
   on JAX the TensorFlow backend's tags from it;
 - `infer` of OpenNMT-tf's classifier and language model, and the language model's `score`, on
-  JAX: OpenNMT-tf's labels and continuations, the TensorFlow backend's scores within 1e-5."""
+  JAX: OpenNMT-tf's labels and continuations, the TensorFlow backend's scores within 1e-5; the
+  classifier's evaluator on JAX: the TensorFlow backend's metrics and OpenNMT-tf's."""
 
 import json
 import os
@@ -81,7 +82,10 @@ def fixture_configs(directory):
     classifier = write(directory, "classifier", {
         "model_dir": CLASSIFIER,
         "data": {"source_vocabulary": os.path.join(CLASSIFIER, "src-vocab.txt"),
-                 "target_vocabulary": os.path.join(CLASSIFIER, "labels-vocab.txt")},
+                 "target_vocabulary": os.path.join(CLASSIFIER, "labels-vocab.txt"),
+                 "eval_features_file": os.path.join(CLASSIFIER, "eval.tok.en"),
+                 "eval_labels_file": os.path.join(CLASSIFIER, "eval.labels")},
+        "eval": {"batch_size": 30},
         "model": {"type": "sequence_classifier", **ENCODER}, "infer": {"batch_size": 100}})
     language_model = write(directory, "language_model", {
         "model_dir": LM, "data": {"vocabulary": os.path.join(LM, "vocab.txt")},
@@ -127,6 +131,7 @@ def work(tmp_path_factory):
         **inference_lines(directory, "jax", configs),
     }
     (directory / "commands.json").write_text(json.dumps(commands))
+    (directory / "evaluations.json").write_text(json.dumps({"classifier": [configs["classifier"]]}))
     arrays, results = jax_worker.run("other_models", directory)
     return directory, configs, arrays, results
 
@@ -162,6 +167,7 @@ def test_updates_equal_tensorflow(work, kind):
 
 def test_commands_ran_on_jax_without_tensorflow(work):
     _, _, _, results = work
+    results = {name: result for name, result in results.items() if name != "evaluations"}
     assert results.keys() == {"train.tagger.first", "train.tagger.resumed", "train.tagger.straight",
                               "infer.tagger", "infer.classifier", "infer.language_model",
                               "score.language_model"}
@@ -209,6 +215,28 @@ def test_jax_evaluation_equals_tensorflow_s(work):
     assert got["step"] == 1004 and 0.1 < expected["f1"] < 1.0  # (chunks found, not all)
     for key, value in expected.items():
         assert abs(got[key] - value) <= 1e-5 * max(1.0, abs(value)), (key, got[key], value)
+
+
+def test_jax_classifier_evaluation_equals_tensorflow_s_and_opennmt_tf_s(work):
+    """The evaluator of OpenNMT-tf's classifier on JAX (4 batches, the last one short): the
+    TensorFlow backend's metrics, and OpenNMT-tf's own `eval` within 1e-4."""
+    import ast
+
+    from opennmt_lite import build
+    from opennmt_lite.config import load_config
+
+    _, configs, _, results = work
+    got = results["evaluations"]["classifier"]
+    config = load_config([configs["classifier"]])
+    model, assets, _ = build.inference_model(config)
+    expected = build.evaluator(config, model, assets).compute(0)
+    assert list(got) == list(expected) == ["step", "loss", "perplexity", "accuracy"]
+    for key, value in expected.items():
+        assert abs(got[key] - value) <= 1e-5 * max(1.0, abs(value)), (key, got[key], value)
+    with open(os.path.join(CLASSIFIER, "eval.result.txt")) as f:
+        theirs = ast.literal_eval(f.read())
+    for key in ("loss", "accuracy"):
+        assert abs(got[key] - theirs[key]) <= 1e-4, (key, got[key], theirs[key])
 
 
 def test_jax_inference_equals_tensorflow_s(work):

@@ -68,8 +68,11 @@ def _jax_batch_function(model):
             return loss, mask, predict(model, batch["source_ids"], batch["source_length"])
 
     def call(batch):
-        # (the added rows copy the first example: cut from every output)
-        padded, rows = padded_batch({k: batch[k] for k in BATCH_KEYS})
+        # (the added rows copy the first example: cut from every output; a classifier's one
+        # label per example keeps its one column)
+        padded, rows = padded_batch({k: batch[k] for k in BATCH_KEYS},
+                                    keep_time=() if hasattr(model, "predict_tags")
+                                    else ("target_ids_out",))
         outputs = compiled([v.value for v in variables], padded)
         return tuple(np.asarray(x)[:rows] for x in outputs)
 

@@ -23,19 +23,19 @@ def _batches(vocabulary, lines, batch_size, tokenize=str.split):
         yield padded, length
 
 
-def padded_batch(batch, rows_multiple=8, time_multiple=16):
+def padded_batch(batch, rows_multiple=8, time_multiple=16, keep_time=()):
     """A batch of NumPy arrays ({name: [batch] or [batch, time]}) in one of few shapes for
     `jax.jit`: the rows padded to `padded_size` (at least `rows_multiple`) with copies of the
-    first example (a real length: nothing empty is computed), each time axis with zeros to a
-    multiple of `time_multiple` (past every length: masked). -> (padded batch, real rows); the
-    outputs' first rows are the batch's."""
+    first example (a real length: nothing empty is computed), each time axis but those of
+    `keep_time` (names) with zeros to a multiple of `time_multiple` (past every length: masked).
+    -> (padded batch, real rows); the outputs' first rows are the batch's."""
     rows = len(next(iter(batch.values())))
     total = padded_size(rows, minimum=rows_multiple)
     padded = {}
     for name, value in batch.items():
         value = np.asarray(value)
         value = np.concatenate([value, np.repeat(value[:1], total - rows, axis=0)])
-        if value.ndim == 2:
+        if value.ndim == 2 and name not in keep_time:
             time = -(-max(value.shape[1], 1) // time_multiple) * time_multiple
             value = np.pad(value, [(0, 0), (0, time - value.shape[1])])
         padded[name] = value
