@@ -192,7 +192,8 @@ def test_resumed_tagger_equals_the_straight_run(work):
     assert any("transition_params" in name for name in resumed)
     for name, value in straight.items():
         np.testing.assert_array_equal(resumed[name], value, err_msg=name)
-    histories = [[json.loads(line) for line in lines(directory / run_dir / "eval" / "history.jsonl")]
+    histories = [[json.loads(line) for line in
+                  lines(directory / run_dir / "eval" / "history.jsonl")]
                  for run_dir in ("tagger", "straight")]
     assert [entry["step"] for entry in histories[0]] == [1002, 1004]
     assert histories[0] == histories[1]
@@ -254,7 +255,8 @@ def test_jax_inference_equals_tensorflow_s(work):
         assert ours == theirs, name
     # (the tagger trained on: its tags moved away from OpenNMT-tf's ckpt-1000, but not far)
     tags = lines(directory / "jax" / "tagger.txt")
-    assert 80 <= sum(a == b for a, b in zip(tags, lines(os.path.join(TAGGER, "pred.first100.tags"))))
+    onmt_tags = lines(os.path.join(TAGGER, "pred.first100.tags"))
+    assert 80 <= sum(a == b for a, b in zip(tags, onmt_tags))
     assert lines(directory / "jax" / "classifier.txt") == lines(
         os.path.join(CLASSIFIER, "pred.first100.labels"))
     assert lines(directory / "jax" / "language_model.txt") == lines(

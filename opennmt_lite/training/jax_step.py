@@ -5,8 +5,9 @@ the summed token losses of every batch of the group are added up, divided once b
 total normalizer, and applied in one optimizer update, which advances the learning-rate schedule
 once), with the loss arithmetic shared through training/objective.py. The mechanics are JAX's,
 functional: the model and its loss run in a `keras.StatelessScope` (`objective.stateless_forward`,
-as `model.stateless_call`; its non-trainable state, the dropout seeds, returned updated), `jax.value_and_grad` differentiates the batch's summed loss with
-respect to the trainable values, and `optimizer.stateless_apply` makes the update. Two compiled
+as `model.stateless_call`; its non-trainable state, the dropout seeds, returned updated),
+`jax.value_and_grad` differentiates the batch's summed loss with respect to the trainable
+values, and `optimizer.stateless_apply` makes the update. Two compiled
 functions, as on TensorFlow: one per batch (forward, backward, gradients added to float32
 accumulators, donated so that they are updated in place), one per group (normalise, clip, apply).
 
@@ -18,11 +19,11 @@ so that the rest of the trainer (checkpoints, evaluation, the moving average, th
 the model and the optimizer as on TensorFlow.
 
 Supported: every model type (a Transformer, a language model, a sequence tagger, its CRF
-included, and a classifier, each with TrainStep's loss), label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
-of outliers, regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed
-precision, float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the
-step, as on TensorFlow). Not here (refused by the builder on JAX): contrastive learning,
-sub-batches (train.sub_batches: XLA schedules one pass over its threads), several devices.
+included, and a classifier, each with TrainStep's loss), label smoothing, `average_loss_in_time`,
+example weights, guided alignment, the masking of outliers, regularization, gradient clipping,
+the schedules, Adam/AdamW/SGD, bfloat16 mixed precision, float16 with Keras' dynamic
+LossScaleOptimizer (a skipped update still advances the step, as on TensorFlow). Not here
+(refused by the builder on JAX): contrastive learning, sub-batches (train.sub_batches: XLA schedules one pass over its threads), several devices.
 """
 
 import jax
