@@ -23,7 +23,8 @@ included, and a classifier, each with TrainStep's loss), label smoothing, `avera
 example weights, guided alignment, the masking of outliers, regularization, gradient clipping,
 the schedules, Adam/AdamW/SGD, bfloat16 mixed precision, float16 with Keras' dynamic
 LossScaleOptimizer (a skipped update still advances the step, as on TensorFlow). Not here
-(refused by the builder on JAX): contrastive learning, sub-batches (train.sub_batches: XLA schedules one pass over its threads), several devices.
+(refused by the builder on JAX): contrastive learning, sub-batches (train.sub_batches: XLA
+schedules one pass over its threads), several devices.
 """
 
 import jax
