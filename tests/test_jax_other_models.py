@@ -50,16 +50,20 @@ def write(directory, name, content):
     return str(path)
 
 
+def copied_checkpoint(source, model_dir):
+    """model_dir made, with a copy of OpenNMT-tf's ckpt-1000 of the fixture `source`."""
+    model_dir.mkdir()
+    for file in ("checkpoint", "ckpt-1000.index", "ckpt-1000.data-00000-of-00001"):
+        shutil.copy(os.path.join(source, file), model_dir)
+    return str(model_dir)
+
+
 def tagger_config(directory, name):
     """OpenNMT-tf's CRF tagger (bioes) trained on from its ckpt-1000 (copied into model_dir) on
     the fixture's 200 lines: batches of 32 lines, 2 per update, in one padded shape; a
     checkpoint and an evaluation every 2 steps, up to 1004."""
-    model_dir = directory / name
-    model_dir.mkdir()
-    for file in ("checkpoint", "ckpt-1000.index", "ckpt-1000.data-00000-of-00001"):
-        shutil.copy(os.path.join(TAGGER, file), model_dir)
     return write(directory, name, {
-        "model_dir": str(model_dir),
+        "model_dir": copied_checkpoint(TAGGER, directory / name),
         "data": {"train_features_file": os.path.join(TAGGER, "train.first200.tok.en"),
                  "train_labels_file": os.path.join(TAGGER, "train.first200.tags"),
                  "eval_features_file": os.path.join(TAGGER, "eval.tok.en"),
@@ -77,10 +81,11 @@ def tagger_config(directory, name):
 
 
 def fixture_configs(directory):
-    """run.py's configs of OpenNMT-tf's classifier and language model (their checkpoints in
-    model_dir)."""
+    """run.py's configs of OpenNMT-tf's classifier (its checkpoint copied: its evaluator writes
+    into model_dir) and language model (the fixture's folder: infer and score write nothing
+    there)."""
     classifier = write(directory, "classifier", {
-        "model_dir": CLASSIFIER,
+        "model_dir": copied_checkpoint(CLASSIFIER, directory / "classifier"),
         "data": {"source_vocabulary": os.path.join(CLASSIFIER, "src-vocab.txt"),
                  "target_vocabulary": os.path.join(CLASSIFIER, "labels-vocab.txt"),
                  "eval_features_file": os.path.join(CLASSIFIER, "eval.tok.en"),
