@@ -331,7 +331,7 @@ def training_inputs(data, train, assets, strategy, negatives=None, devices=1):
     return inputs
 
 
-def encoder_training_inputs(data, train, assets, strategy, kind):
+def encoder_training_inputs(data, train, assets, strategy, kind, devices=1):
     """A sequence tagger's or classifier's `TrainingInput`s (`kind`: "tags" or "labels"), one per
     replica shard, as `training_inputs`: its files read by data/labels.py (every mistake one
     line naming file and line), batched as the Transformer's batches (target = the tags or
@@ -341,7 +341,7 @@ def encoder_training_inputs(data, train, assets, strategy, kind):
     xla = xla_compiles(train, strategy)
     width, to_boundary = bucket_padding(train, xla)
     inputs = []
-    for num_shards, shard_index in replica_shards(strategy):
+    for num_shards, shard_index in replica_shards(strategy, devices):
         corpus = load_labeled_corpus(
             data.train_features_file, data.train_labels_file, kind,
             source_vocabulary=assets.source_vocabulary, labels=assets.target_vocabulary,
@@ -631,9 +631,6 @@ def _check_jax_training(config):
     if os.environ.get("TF_CONFIG"):
         raise ConfigError("TF_CONFIG (multi-worker training) needs TensorFlow: unset it or run "
                           "with KERAS_BACKEND=tensorflow")
-    if config.model.type != "transformer":  # (their losses are TensorFlow's train step's)
-        raise ConfigError(f"model.type: {config.model.type} trains on the TensorFlow backend "
-                          "only for now: run with KERAS_BACKEND=tensorflow")
     if config.params.contrastive_learning and train.num_devices > 1:
         raise ConfigError(f"params.contrastive_learning on {train.num_devices} devices "
                           "(train.num_devices) is not supported on the JAX backend: train on 1 "
@@ -677,8 +674,13 @@ def _jax_trainer(config, with_evaluation):
     keras.utils.set_random_seed(train.seed)
     built_assets = assets(config.data, config.model)
     transformer, built_optimizer, moving_average = _trained_objects(config, built_assets)
-    inputs = training_inputs(config.data, train, built_assets, None, devices=train.num_devices,
-                             negatives=contrastive_negatives(config.params, built_assets))
+    if config.model.is_encoder_model:
+        inputs = encoder_training_inputs(config.data, train, built_assets, None,
+                                         label_kind(config.model), devices=train.num_devices)
+    else:
+        inputs = training_inputs(config.data, train, built_assets, None,
+                                 devices=train.num_devices,
+                                 negatives=contrastive_negatives(config.params, built_assets))
     step = JaxTrainStep(
         transformer, built_optimizer, inputs[0].accum_steps,
         label_smoothing=config.params.label_smoothing,

@@ -22,6 +22,11 @@ does that from a test and loads the results. The jobs:
 - `training_options`: tests/jax_training_case.py's `OPTIONS` by the JAX train step (arrays
   `<option>/<name>` of `run_option`), and the JAX trainer `build.trainer` makes of the config
   in OUT_DIR/contrastive.json (`training_option_values`);
+- `other_models`: tests/jax_other_models_case.py's updates of a tagger (with and without CRF),
+  a classifier and a language model by the JAX train step (arrays `<kind>/loss`,
+  `<kind>/weight/<name>`), then the `run.py` command lines of OUT_DIR/commands.json (results.json,
+  as `commands`) and the evaluator's metrics of each config of OUT_DIR/evaluations.json
+  ({name: [config paths]}; results.json's "evaluations"), with TensorFlow unimportable;
 - `commands`: the `run.py` command lines of OUT_DIR/commands.json ({name: argv}) run in this
   process (results.json: {name: {"status", "stdout", "stderr"}}), and `sampling_draws`, with
   TensorFlow made unimportable (as in an install without it).
@@ -315,8 +320,27 @@ def sampling_draws(translation_function, options_class):
     return values
 
 
+def other_models_values():
+    """{<kind>/<name>: array} of tests/jax_other_models_case.py's runs by `JaxTrainStep`."""
+    import jax_other_models_case as case
+    from opennmt_lite.training.jax_step import JaxTrainStep
+
+    return {f"{kind}/{name}": value for kind in case.KINDS
+            for name, value in case.train(kind, JaxTrainStep).items()}
+
+
+def evaluation(config_paths):
+    """The metrics of the config's evaluator on its newest checkpoint (`Evaluator.compute`)."""
+    from opennmt_lite import build
+    from opennmt_lite.config import load_config
+
+    config = load_config(config_paths)
+    model, assets, _ = build.inference_model(config)
+    return build.evaluator(config, model, assets).compute(0)
+
+
 def main(job, directory):
-    if job in ("commands", "devices"):  # (as where TensorFlow is not installed: `import tensorflow` fails)
+    if job in ("commands", "devices", "other_models"):  # (as where TensorFlow is not installed)
         sys.modules["tensorflow"] = None
     import keras
 
@@ -351,6 +375,13 @@ def main(job, directory):
         (directory / "results.json").write_text(json.dumps(run_commands(commands)))
     elif job == "training_options":
         arrays = training_option_values(directory)
+    elif job == "other_models":
+        arrays = other_models_values()
+        commands = json.loads((directory / "commands.json").read_text())
+        results = run_commands(commands)
+        results["evaluations"] = {name: evaluation(config_paths) for name, config_paths in
+                                  json.loads((directory / "evaluations.json").read_text()).items()}
+        (directory / "results.json").write_text(json.dumps(results))
     elif job == "decoding":
         (directory / "results.json").write_text(json.dumps(fixture_translations()))
     elif job == "commands":

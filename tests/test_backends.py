@@ -103,9 +103,8 @@ TENSORFLOW_MODULES = {
     "opennmt_lite.inference.decoding", "opennmt_lite.training.step",
     "opennmt_lite.export.saved_model", "opennmt_lite.export.tflite",
     "opennmt_lite.export.int8_weights",
-    # taggers and classifiers train on TensorFlow's step only (their evaluator's loss is a
-    # tf.function) and export to a SavedModel only
-    "opennmt_lite.inference.encoder_evaluation", "opennmt_lite.export.encoder_models",
+    # taggers and classifiers export to a SavedModel only
+    "opennmt_lite.export.encoder_models",
 }
 IMPORT_ALL = """
 import importlib, json, sys, traceback
@@ -141,9 +140,9 @@ def test_every_module_but_tensorflows_own_imports_without_tensorflow():
     assert len(names) > 100
 
 
-def test_tagger_training_and_export_on_jax_are_one_line(tmp_path):
-    """A tagger trains on TensorFlow's train step only (its losses and CRF are not in the JAX
-    step yet), and its SavedModel needs TensorFlow: each refused before anything is built."""
+def test_tagger_export_on_jax_is_one_line(tmp_path):
+    """A tagger's SavedModel needs TensorFlow: refused before anything is built (its training on
+    JAX: tests/test_jax_other_models.py)."""
     (tmp_path / "train.txt").write_text("Paris is big\n")
     (tmp_path / "train.tags").write_text("S-CAP O O\n")
     (tmp_path / "src.txt").write_text("<blank>\n<s>\n</s>\nParis\nis\nbig\n")
@@ -157,10 +156,6 @@ def test_tagger_training_and_export_on_jax_are_one_line(tmp_path):
         "model: {type: sequence_tagger, num_layers: 1, num_units: 8, num_heads: 2, "
         "ffn_inner_dim: 8}\n"
         "train: {max_step: 2, batch_size: 64}\n")
-    line = one_line(*command(["train", "--config", config]))
-    assert line.startswith("error: model.type: sequence_tagger trains on the TensorFlow backend "
-                           "only for now"), line
-    assert not (tmp_path / "run" / "checkpoints").exists()
     line = one_line(*command(["export", "--config", config, "--output", tmp_path / "out"]))
     assert line.startswith("error: export --format saved_model needs TensorFlow"), line
     assert not (tmp_path / "out").exists()

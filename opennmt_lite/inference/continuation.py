@@ -28,6 +28,7 @@ from keras import ops
 from tqdm import tqdm
 
 from opennmt_lite.data import DataError
+from opennmt_lite.inference.portable_decoding import padded_size
 from opennmt_lite.models.language_model import END_ID
 
 logger = logging.getLogger("opennmt_lite")
@@ -64,9 +65,42 @@ def _decode_next(model, ids, position, cache):
     return ops.cast(logits[:, -1], "float32"), cache
 
 
+def _jax_step(model):
+    """`decode_slot` on Keras' JAX backend, on fixed-size cache buffers (`continue_prefixes`
+    makes them): ids [rows, time] at `position` -> (the last position's float32 logits [rows,
+    vocabulary], the buffers), compiled by `jax.jit` once per (rows, time, capacity) (one for
+    a prefix length, one for all the steps after it), the weights and the position passed in:
+    an eager JAX step dispatches and compiles each of its ops anew for every new cache length,
+    several times slower."""
+    import jax
+
+    variables = model.trainable_variables + model.non_trainable_variables
+
+    @jax.jit
+    def compiled(values, ids, position, cache):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            logits, cache = model.decoder.decode_slot(model.examples_inputter(ids), position,
+                                                      cache)
+            return ops.cast(logits[:, -1], "float32"), cache
+
+    return lambda ids, position, cache: compiled(
+        [v.value for v in variables], np.asarray(ids, np.int32), np.int32(position), cache)
+
+
+def _jax_function(model):
+    function = getattr(model, "_continuation_step", None)
+    if function is None:  # (kept on the model, outside Keras' attribute tracking)
+        function = _jax_step(model)
+        object.__setattr__(model, "_continuation_step", function)
+    return function
+
+
 def _step(model, ids, position, cache):
     """_decode_next, traced once per model on TensorFlow (every cache length and batch size one
-    graph: an eager step costs several times its arithmetic here)."""
+    graph: an eager step costs several times its arithmetic here); on JAX `_jax_step`."""
+    if keras.backend.backend() == "jax":
+        logits, cache = _jax_function(model)(np.asarray(ids)[:, None], position, cache)
+        return np.asarray(logits), cache
     if keras.backend.backend() != "tensorflow":
         logits, cache = _decode_next(model, ids, position, cache)
         return np.asarray(logits), cache
@@ -160,10 +194,17 @@ def continue_prefixes(model, ids, length, options, rng=None):
     for prefix_length in np.unique(length):
         rows = np.flatnonzero(length == prefix_length)
         prefix = ids[rows, :prefix_length]
-        logits, cache = model.decoder.decode_cached(
-            model.examples_inputter(prefix), ops.arange(int(prefix_length)),
-            model.decoder.empty_cache(len(rows)))
-        logits = np.asarray(ops.cast(logits[:, -1], "float32"))
+        if keras.backend.backend() == "jax":  # (fixed-size buffers, `_jax_step`; few sizes)
+            capacity = padded_size(int(prefix_length) + options.maximum_decoding_length,
+                                   minimum=16)
+            logits, cache = _jax_function(model)(
+                prefix, 0, model.decoder.fixed_cache(len(rows), capacity))
+        else:
+            logits, cache = model.decoder.decode_cached(
+                model.examples_inputter(prefix), ops.arange(int(prefix_length)),
+                model.decoder.empty_cache(len(rows)))
+            logits = ops.cast(logits[:, -1], "float32")
+        logits = np.asarray(logits)
         if options.beam_width > 1:
             group = _beam_search(model, logits, cache, int(prefix_length), options)
         else:

@@ -9,19 +9,25 @@ CRF loss is a per-batch mean, and its evaluation averages per-batch losses then)
 are eval.batch_size lines in file order.
 
 The periodic machinery (history, TensorBoard, early stopping, export on best) is the Transformer
-evaluator's (inference/evaluation.py).
+evaluator's (inference/evaluation.py). On TensorFlow the loss is a tf.function and the predictions
+the model's eager call; on JAX both are one `jax.jit` function of the weights, compiled once per
+padded batch shape (`other_models.padded_batch`).
 """
 
 import math
 
+import keras
 import numpy as np
-import tensorflow as tf
 
 from opennmt_lite.data.labels import load_labeled_corpus
 from opennmt_lite.data.pipeline import pad_parallel_batch
 from opennmt_lite.inference.evaluation import Evaluator
+from opennmt_lite.inference.other_models import padded_batch, predict
 from opennmt_lite.inference.tagging_metrics import tagging_metrics
 from opennmt_lite.training.losses import encoder_model_losses
+
+# What the loss and the predictions read of a batch.
+BATCH_KEYS = ("source_ids", "source_length", "target_ids_out", "target_length")
 
 
 def labeled_batches(corpus, batch_size):
@@ -29,6 +35,48 @@ def labeled_batches(corpus, batch_size):
     for start in range(0, len(corpus), batch_size):
         yield pad_parallel_batch(corpus, np.arange(start, min(start + batch_size, len(corpus))),
                                  with_index=True)
+
+
+def batch_function(model):
+    """A function (batch of NumPy arrays: `BATCH_KEYS`) -> NumPy (losses, mask, predictions):
+    `encoder_model_losses`' per-token (or per-example) losses and mask, and the model's tag ids
+    [batch, time] or label ids [batch] (`other_models.predict`)."""
+    if keras.backend.backend() == "jax":
+        return _jax_batch_function(model)
+    import tensorflow as tf
+
+    losses = tf.function(lambda batch: encoder_model_losses(model, batch)[:2],
+                         reduce_retracing=True)
+
+    def call(batch):
+        loss, mask = losses({k: tf.constant(batch[k]) for k in BATCH_KEYS})
+        predictions = predict(model, batch["source_ids"], batch["source_length"])
+        return loss.numpy(), mask.numpy(), np.asarray(predictions)
+
+    return call
+
+
+def _jax_batch_function(model):
+    import jax
+
+    variables = model.trainable_variables + model.non_trainable_variables
+
+    @jax.jit
+    def compiled(values, batch):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            loss, mask, _ = encoder_model_losses(model, batch)
+            return loss, mask, predict(model, batch["source_ids"], batch["source_length"])
+
+    def call(batch):
+        # (the added rows copy the first example: cut from every output; a classifier's one
+        # label per example keeps its one column)
+        padded, rows = padded_batch({k: batch[k] for k in BATCH_KEYS},
+                                    keep_time=() if hasattr(model, "predict_tags")
+                                    else ("target_ids_out",))
+        outputs = compiled([v.value for v in variables], padded)
+        return tuple(np.asarray(x)[:rows] for x in outputs)
+
+    return call
 
 
 class EncoderModelEvaluator(Evaluator):
@@ -45,8 +93,7 @@ class EncoderModelEvaluator(Evaluator):
             labels=assets.target_vocabulary, source_tokenizer=assets.source_tokenizer,
             filter_examples=False)
         self.batch_size = eval_config.batch_size
-        self._losses = tf.function(lambda batch: encoder_model_losses(model, batch)[:2],
-                                   reduce_retracing=True)
+        self._outputs = batch_function(model)
 
     def compute(self, step):
         """{"step", "loss", "perplexity", "accuracy"[, "f1", "precision", "recall"]}."""
@@ -54,23 +101,19 @@ class EncoderModelEvaluator(Evaluator):
         loss_sum = normalizer = 0.0
         gold, predicted = [], []
         for batch in labeled_batches(self.corpus, self.batch_size):
-            inputs = {k: tf.constant(batch[k]) for k in
-                      ("source_ids", "source_length", "target_ids_out", "target_length")}
-            losses, mask = (float(tf.reduce_sum(t)) for t in self._losses(inputs))
+            losses, mask, predictions = self._outputs(batch)
+            losses, mask = float(np.sum(losses)), float(np.sum(mask))
             if crf:  # (the batch's mean, averaged over batches)
                 loss_sum, normalizer = loss_sum + losses / mask, normalizer + 1
             else:
                 loss_sum, normalizer = loss_sum + losses, normalizer + mask
             length = batch["target_length"]
             if self.kind == "tags":
-                tags = np.asarray(self.model.predict_tags(batch["source_ids"], batch["source_length"]))
                 gold.extend(list(row[:n]) for row, n in zip(batch["target_ids_out"], length))
-                predicted.extend(list(row[:n]) for row, n in zip(tags, length))
+                predicted.extend(list(row[:n]) for row, n in zip(predictions, length))
             else:
-                labels = np.asarray(self.model.predict_labels(batch["source_ids"],
-                                                              batch["source_length"]))
                 gold.extend([int(row[0])] for row in batch["target_ids_out"])
-                predicted.extend([int(label)] for label in labels)
+                predicted.extend([int(label)] for label in predictions)
         loss = loss_sum / max(normalizer, 1.0)
         metrics = {"step": step, "loss": loss, "perplexity": math.exp(min(loss, 700.0))}
         names = self.assets.target_vocabulary

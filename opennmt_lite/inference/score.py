@@ -76,6 +76,8 @@ def jax_score_function(model, details=False):
         positions = ops.arange(cross_entropy.shape[1], dtype="int32")
         mask = ops.cast(ops.expand_dims(positions, 0) < ops.expand_dims(batch["target_length"], 1),
                         "float32")
+        if attention is None:  # (a language model: no source, an empty alignment)
+            attention = ops.zeros(cross_entropy.shape + (0,))
         return ops.sum(cross_entropy * mask, axis=1), cross_entropy, ops.cast(attention, "float32")
 
     def nll(batch):

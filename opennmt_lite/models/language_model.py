@@ -81,13 +81,17 @@ class LanguageModelLayer(_TransformerLayer):
         self.self_attention.build(input_shape)
         self.ffn.build(input_shape)
 
-    def call(self, inputs, attention_mask=None, positions=None, training=None, cache=None):
+    def call(self, inputs, attention_mask=None, positions=None, training=None, cache=None,
+             cache_slot=None):
         """With `cache` ((keys, values) [batch, heads, time_cached, depth / heads] of the earlier
-        positions): -> (outputs, the cache extended by these positions)."""
+        positions): -> (outputs, the cache extended by these positions). With `cache_slot` (an
+        int32 scalar), the cache is of fixed-size buffers [batch, heads, capacity, depth /
+        heads] and the one new position is written at that slot (MultiHeadAttention's
+        `cache_slot`; `attention_mask` hides the slots after it)."""
         with recording_scope("self_attention"):
             outputs, new_cache = self.self_attention(inputs, attention_mask=attention_mask,
                                                      positions=positions, training=training,
-                                                     cache=cache)
+                                                     cache=cache, cache_slot=cache_slot)
         with recording_scope("ffn"):
             outputs = self.ffn(outputs, training=training)
         record("output", outputs)
@@ -143,6 +147,35 @@ class LanguageModelDecoder(TransformerStack):
         """Per layer, (keys, values) of no position: [batch, heads, 0, depth / heads]."""
         heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
         empty = ops.zeros((batch, heads, 0, units // heads), self.compute_dtype)
+        return [(empty, empty) for _ in self.layers]
+
+    def decode_slot(self, inputs, position, cache):
+        """New positions with a cache of fixed-size buffers (`fixed_cache`), for a step compiled
+        once whatever the position: inputs [batch, time, depth] at positions `position` ..
+        `position` + time - 1 (`position` an int32 scalar, the first one's slot) -> (logits
+        [batch, time, vocabulary_size], the buffers with their keys and values written; the
+        slots after them stay masked)."""
+        time = ops.shape(inputs)[1]
+        positions = ops.cast(position, "int32") + ops.arange(time, dtype="int32")
+        x = self.embed(inputs, positions, False)
+        capacity = ops.shape(cache[0][0])[2]
+        mask = ops.cast(ops.arange(capacity, dtype="int32")[None, :] <= positions[:, None],
+                        "float32")
+        mask = ops.broadcast_to(mask[None], (ops.shape(inputs)[0], time, capacity))
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache):
+            x, layer_cache = layer(x, attention_mask=mask, positions=positions, training=False,
+                                   cache=layer_cache, cache_slot=positions[0])
+            new_cache.append(layer_cache)
+        if self.layer_norm is not None:
+            x = self.layer_norm(x)
+        return self.output_layer(x), new_cache
+
+    def fixed_cache(self, batch, capacity):
+        """Per layer, (keys, values) buffers of `capacity` empty slots for `decode_slot`:
+        [batch, heads, capacity, depth / heads] zeros (NumPy)."""
+        heads, units = self.hyperparameters.num_heads, self.hyperparameters.num_units
+        empty = np.zeros((batch, heads, capacity, units // heads), self.compute_dtype)
         return [(empty, empty) for _ in self.layers]
 
     def decode_cached(self, inputs, positions, cache):

@@ -4,9 +4,10 @@ The same semantics as training/step.py's `TrainStep` (OpenNMT-tf's accumulation:
 the summed token losses of every batch of the group are added up, divided once by the group's
 total normalizer, and applied in one optimizer update, which advances the learning-rate schedule
 once), with the loss arithmetic shared through training/objective.py. The mechanics are JAX's,
-functional: the model runs through `model.stateless_call` (its non-trainable state, the dropout
-seeds, returned updated), `jax.value_and_grad` differentiates the batch's summed loss with
-respect to the trainable values, and `optimizer.stateless_apply` makes the update. Two compiled
+functional: the model and its loss run in a `keras.StatelessScope` (`JaxTrainStep._stateless`,
+as `model.stateless_call` runs `call`; its non-trainable state, the dropout seeds, returned updated),
+`jax.value_and_grad` differentiates the batch's summed loss with respect to the trainable
+values, and `optimizer.stateless_apply` makes the update. Two compiled
 functions, as on TensorFlow: one per batch (forward, backward, gradients added to float32
 accumulators, donated so that they are updated in place), one per group (normalise, clip, apply).
 
@@ -27,7 +28,8 @@ of the replicated weights is the sum over the devices (shard_map's transpose of 
 input), which the update divides by the total normalizer: OpenNMT-tf's multi-replica rule, and
 exactly the update of one device accumulating all those batches.
 
-Supported: label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
+Supported: every model type (a Transformer, a language model, a sequence tagger, its CRF
+included, and a classifier, each with TrainStep's loss), label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
 of outliers, regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed
 precision, float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the
 step, as on TensorFlow), contrastive learning (`max_margin_eta`: OpenNMT-tf's max-margin loss of
@@ -48,7 +50,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.training.losses import guided_alignment_scale, max_margin_loss, outlier_mask
 from opennmt_lite.training.objective import (
-    contrastive_sums, outlier_keeps, reduce_loss, token_outputs)
+    contrastive_sums, forward, outlier_keeps, reduce_loss)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 
@@ -97,8 +99,7 @@ def paired_by_shape(groups):
     (a sum over all its batches) does not depend on which device takes which batch."""
     batches = [batch for group in groups for batch in group]
     order = sorted(range(len(batches)), key=lambda i: (
-        batches[i]["source_ids"].shape[1], batches[i]["target_ids_in"].shape[1],
-        batches[i]["source_ids"].shape[0], i))
+        [batches[i][name].shape[::-1] for name in sorted(batches[i])], i))
     devices = len(groups)
     return [[batches[i] for i in order[k:k + devices]] for k in range(0, len(order), devices)]
 
@@ -163,9 +164,10 @@ class JaxTrainStep:
             loss = max_margin_loss(*sums, eta=self.max_margin_eta)
             return self._penalized(loss, trainable, loss_scale, jnp.float32(1.0), non_trainable)
         rows = batch.get(ROWS)
-        (logits, attention), non_trainable = self.model.stateless_call(
-            trainable, non_trainable, batch, training=True)
-        outputs = token_outputs(batch, logits, attention, self.label_smoothing, training=True)
+        # (the model type's own loss, as TrainStep's `forward`: a tagger's CRF transitions, read
+        # by the loss outside the model's call, included)
+        outputs, non_trainable = self._stateless(
+            trainable, non_trainable, lambda model: forward(model, batch, self.label_smoothing, True))
         if self.mask_outliers:
             keep = (outlier_keeps([outputs])[0] if rows is None else rows * outlier_mask(
                 jnp.sum(outputs[0], -1), jnp.sum(outputs[1], -1), rows))

@@ -246,9 +246,9 @@ def encoder_model_losses(model, batch, label_smoothing=0.0, training=False):
     logits = model(batch["source_ids"], batch["source_length"], training=training)
     if getattr(model, "crf_decoding", False):
         log_likelihood = crf.crf_log_likelihood(
-            tf.cast(logits, tf.float32), batch["target_ids_out"], batch["source_length"],
+            ops.cast(logits, "float32"), batch["target_ids_out"], batch["source_length"],
             model.transition_params)
-        return -log_likelihood[:, None], tf.ones_like(log_likelihood)[:, None], None
+        return -log_likelihood[:, None], ops.ones_like(log_likelihood)[:, None], None
     if len(logits.shape) == 2:  # (a classifier: one label per example)
         logits = logits[:, None, :]
     token_loss, mask = token_cross_entropy(logits, batch["target_ids_out"], batch["target_length"],

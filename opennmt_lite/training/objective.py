@@ -1,17 +1,20 @@
 """The training objective of one batch in `keras.ops`, shared by the TensorFlow train step
-(training/step.py) and the JAX one (training/jax_step.py): from the model's logits and attention
-to the batch's summed loss and its normalizer (example weights, guided alignment, the masking of
-outliers), and contrastive learning's sums (`contrastive_sums`). The gradient mechanics of each
-backend live in those two modules; the arithmetic of the loss is written once, here.
+(training/step.py) and the JAX one (training/jax_step.py): the loss each model type trains with
+(`forward`: a Transformer's or language model's token cross-entropy, a sequence tagger's or
+classifier's `encoder_model_losses`, the CRF's included), then the batch's summed loss and its
+normalizer (example weights, guided alignment, the masking of outliers), and contrastive
+learning's sums (`contrastive_sums`). The gradient mechanics of each backend live in those two
+modules; the arithmetic of the loss is written once, here.
 """
 
 import dataclasses
 
 from keras import ops
 
+from opennmt_lite.models.encoder_models import is_encoder_model
 from opennmt_lite.training.losses import (
-    cross_entropy_sequence_loss, guided_alignment_sum, outlier_mask, token_cross_entropy,
-    weighted_sums)
+    cross_entropy_sequence_loss, encoder_model_losses, guided_alignment_sum, outlier_mask,
+    token_cross_entropy, weighted_sums)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,6 +36,16 @@ class GuidedAlignment:
             return batch["source_length"]
         longest = ops.maximum(ops.max(batch["source_length"]), ops.max(batch["target_length"]))
         return -(-longest // self.bucket_width) * self.bucket_width
+
+
+def forward(model, batch, label_smoothing, training):
+    """-> (token losses [batch, time], token mask [batch, time], attention) of one batch
+    (`token_outputs`; attention: the first head of the last layer's, None for a language model).
+    A sequence tagger or classifier: `encoder_model_losses` (no attention)."""
+    if is_encoder_model(model):
+        return encoder_model_losses(model, batch, label_smoothing, training)
+    logits, attention = model(batch, training=training)
+    return token_outputs(batch, logits, attention, label_smoothing, training)
 
 
 def token_outputs(batch, logits, attention, label_smoothing, training):

@@ -44,13 +44,13 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
-from opennmt_lite.models.encoder_models import is_encoder_model
 from opennmt_lite.training.losses import (
     encoder_model_losses, guided_alignment_scale, max_margin_loss)
-# (the loss arithmetic shared with the JAX step; GuidedAlignment, reduce_loss, outlier_keeps and
-# contrastive_sums are imported from here by the builder and the tests)
+# (the loss arithmetic shared with the JAX step, `forward` included; GuidedAlignment,
+# reduce_loss, outlier_keeps and contrastive_sums are imported from here by the builder and the
+# tests)
 from opennmt_lite.training.objective import (  # noqa: F401
-    GuidedAlignment, contrastive_sums, outlier_keeps, reduce_loss, token_outputs)
+    GuidedAlignment, contrastive_sums, forward, outlier_keeps, reduce_loss, token_outputs)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
@@ -67,14 +67,6 @@ def compute_loss(model, batch, label_smoothing, average_loss_in_time, training,
     return reduce_loss(batch, outputs, average_loss_in_time, guided_alignment, guided_scale)
 
 
-def forward(model, batch, label_smoothing, training):
-    """-> (token losses [batch, time], token mask [batch, time], attention) of one batch
-    (`token_cross_entropy`; the first head of the last layer's attention). A sequence tagger or
-    classifier: `encoder_model_losses` (no attention)."""
-    if is_encoder_model(model):
-        return encoder_model_losses(model, batch, label_smoothing, training)
-    logits, attention = model(batch, training=training)
-    return token_outputs(batch, logits, attention, label_smoothing, training)
 
 
 def split_batch(batch, parts):
