@@ -17,9 +17,9 @@ Every line is split into words and punctuation marks (`\\w+|[^\\w\\s]`), written
   are the same on both sides, such as names and numbers: no model can tell those.)
 """
 
+import argparse
 import os
 import re
-import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORD = re.compile(r"\w+|[^\w\s]")
@@ -80,4 +80,7 @@ def main(output):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else os.path.join("runs", "tasks"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("output_dir", nargs="?", default=os.path.join("runs", "tasks"),
+                        help="where the task files go (default: runs/tasks)")
+    main(parser.parse_args().output_dir)
