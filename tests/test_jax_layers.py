@@ -12,7 +12,8 @@ from test_layers import CASES
 # The job's time is nearly all XLA compiling one small program per (operation, shape, dtype) of
 # the eager calls; without LLVM's optimization passes each compiles about a third faster. The
 # programs compute the same operations (compared with TensorFlow's values below, and with the
-# compiled calls by `run_layer_test`, within the same tolerances).
+# compiled calls by `run_layer_test`, within the same tolerances). The model-level JAX tests
+# (test_jax_parity, test_jax_decoding, test_jax_training) run with XLA's default optimization.
 FAST_COMPILES = {"XLA_FLAGS": "--xla_backend_optimization_level=0"}
 
 
