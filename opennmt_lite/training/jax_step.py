@@ -5,10 +5,10 @@ the summed token losses of every batch of the group are added up, divided once b
 total normalizer, and applied in one optimizer update, which advances the learning-rate schedule
 once), with the loss arithmetic shared through training/objective.py. The mechanics are JAX's,
 functional: the model and its loss run in a `keras.StatelessScope` (`JaxTrainStep._stateless`,
-as `model.stateless_call` runs `call`; its non-trainable state, the dropout seeds, returned updated),
-`jax.value_and_grad` differentiates the batch's summed loss with respect to the trainable
-values, and `optimizer.stateless_apply` makes the update. Two compiled
-functions, as on TensorFlow: one per batch (forward, backward, gradients added to float32
+as `model.stateless_call` runs `call`; its non-trainable state, the dropout seeds, returned
+updated), `jax.value_and_grad` differentiates the batch's summed loss with respect to the
+trainable values, and `optimizer.stateless_apply` makes the update. Two compiled functions, as
+on TensorFlow: one per batch (forward, backward, gradients added to float32
 accumulators, donated so that they are updated in place), one per group (normalise, clip, apply).
 
 `jax.jit` compiles the batch function once per batch shape: the batches should take few shapes
@@ -29,10 +29,11 @@ input), which the update divides by the total normalizer: OpenNMT-tf's multi-rep
 exactly the update of one device accumulating all those batches.
 
 Supported: every model type (a Transformer, a language model, a sequence tagger, its CRF
-included, and a classifier, each with TrainStep's loss), label smoothing, `average_loss_in_time`, example weights, guided alignment, the masking
-of outliers, regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed
-precision, float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the
-step, as on TensorFlow), contrastive learning (`max_margin_eta`: OpenNMT-tf's max-margin loss of
+included, and a classifier, each with TrainStep's loss), label smoothing,
+`average_loss_in_time`, example weights, guided alignment, the masking of outliers,
+regularization, gradient clipping, the schedules, Adam/AdamW/SGD, bfloat16 mixed precision,
+float16 with Keras' dynamic LossScaleOptimizer (a skipped update still advances the step, as on
+TensorFlow), contrastive learning (`max_margin_eta`: OpenNMT-tf's max-margin loss of
 each batch against its negatives, normalizer 1, so that the update is the mean of the group's
 gradients; the encoder and the decoder's two passes run under a `keras.StatelessScope`, as
 `stateless_call` runs `call`; one device), and the moving average (the trainer's, on the stored
@@ -145,8 +146,9 @@ class JaxTrainStep:
 
     def _stateless(self, trainable, non_trainable, function):
         """-> (`function(model)`, the non-trainable values after it) with the given values in
-        place of the model's variables: `stateless_call`'s mechanics for what is not the
-        model's `call` (contrastive learning's encoder and two decoder passes)."""
+        place of the model's variables: `stateless_call`'s mechanics for more than the model's
+        `call` (the model type's loss, which reads a CRF's transitions outside it; contrastive
+        learning's encoder and two decoder passes)."""
         mapping = (list(zip(self.trainable, trainable))
                    + list(zip(self.non_trainable, non_trainable)))
         with keras.StatelessScope(state_mapping=mapping) as scope:
