@@ -44,13 +44,12 @@ import tensorflow as tf
 
 from opennmt_lite.checkpointing.names import inner_optimizer
 from opennmt_lite.data import batch_signature
-from opennmt_lite.training.losses import (
-    encoder_model_losses, guided_alignment_scale, max_margin_loss)
+from opennmt_lite.training.losses import guided_alignment_scale, max_margin_loss
 # (the loss arithmetic shared with the JAX step, `forward` included; GuidedAlignment,
 # reduce_loss, outlier_keeps and contrastive_sums are imported from here by the builder and the
 # tests)
 from opennmt_lite.training.objective import (  # noqa: F401
-    GuidedAlignment, contrastive_sums, forward, outlier_keeps, reduce_loss, token_outputs)
+    GuidedAlignment, contrastive_sums, forward, outlier_keeps, reduce_loss)
 from opennmt_lite.training.regularization import penalized_weights, weight_penalty
 
 logger = logging.getLogger("opennmt_lite")
