@@ -896,6 +896,15 @@ def model_metrics(type, tagging_scheme=None):
     return ["accuracy"] if type == SEQUENCE_CLASSIFIER else []
 
 
+def _refuse_keys(config, source, refused, what):
+    """ConfigError naming the first key of `refused` ({"section.key": why}) that `config` sets
+    (to anything but an empty or zero value): the keys a model type has no use for."""
+    for name, reason in refused.items():
+        section, field = name.split(".")
+        if config[section].get(field) not in (None, False, 0, 0.0, [], ()):
+            raise ConfigError(f"{source}: {name}: not for {what} ({reason})")
+
+
 def _finalize_encoder_model(config, source):
     """model.type resolved (transformer when unset); a sequence tagger's or classifier's keys
     checked: crf_decoding only for a tagger, tagging_scheme among TAGGING_SCHEMES (lowercased, as
@@ -931,10 +940,7 @@ def _finalize_encoder_model(config, source):
                                                                       "checkpoint"):
         raise ConfigError(f"{source}: eval.export_format: {export_format}: a {kind} exports as "
                           f"saved_model or checkpoint (CTranslate2 and TFLite have no such model)")
-    for name, reason in ENCODER_MODEL_REFUSED.items():
-        section, field = name.split(".")
-        if config[section].get(field) not in (None, False, 0, 0.0, [], ()):
-            raise ConfigError(f"{source}: {name}: not for a {kind} ({reason})")
+    _refuse_keys(config, source, ENCODER_MODEL_REFUSED, f"a {kind}")
     for name in ("train_features_file", "train_labels_file"):
         value = data.get(name)
         if isinstance(value, list) and len(value) > 1:
@@ -991,10 +997,7 @@ def _finalize_model_type(config, source):
     if model["gelu_approximation"] and model["ffn_activation"] != "gelu":
         raise ConfigError(f"{source}: model.gelu_approximation needs model.ffn_activation: gelu, "
                           f"got {model['ffn_activation']}")
-    for name, reason in LANGUAGE_MODEL_REFUSED.items():
-        section, field = name.split(".")
-        if config[section].get(field) not in (None, False, 0, 0.0, [], ()):
-            raise ConfigError(f"{source}: {name}: not for a language model ({reason})")
+    _refuse_keys(config, source, LANGUAGE_MODEL_REFUSED, "a language model")
     if config["eval"]["scorers"] or config["eval"]["external_evaluators"]:
         raise ConfigError(f"{source}: eval.scorers: a language model is evaluated by its loss and "
                           f"perplexity only (remove eval.scorers)")
