@@ -28,7 +28,7 @@ from keras import ops
 from tqdm import tqdm
 
 from opennmt_lite.data import DataError
-from opennmt_lite.inference.portable_decoding import padded_size
+from opennmt_lite.inference.portable_decoding import jit_with_weights, padded_size
 from opennmt_lite.models.language_model import END_ID
 
 logger = logging.getLogger("opennmt_lite")
@@ -72,19 +72,13 @@ def _jax_step(model):
     a prefix length, one for all the steps after it), the weights and the position passed in:
     an eager JAX step dispatches and compiles each of its ops anew for every new cache length,
     several times slower."""
-    import jax
+    def step(ids, position, cache):
+        logits, cache = model.decoder.decode_slot(model.examples_inputter(ids), position, cache)
+        return ops.cast(logits[:, -1], "float32"), cache
 
-    variables = model.trainable_variables + model.non_trainable_variables
-
-    @jax.jit
-    def compiled(values, ids, position, cache):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            logits, cache = model.decoder.decode_slot(model.examples_inputter(ids), position,
-                                                      cache)
-            return ops.cast(logits[:, -1], "float32"), cache
-
-    return lambda ids, position, cache: compiled(
-        [v.value for v in variables], np.asarray(ids, np.int32), np.int32(position), cache)
+    compiled = jit_with_weights(model, step)
+    return lambda ids, position, cache: compiled(np.asarray(ids, np.int32), np.int32(position),
+                                                 cache)
 
 
 def _jax_function(model):

@@ -23,6 +23,7 @@ from opennmt_lite.data.labels import load_labeled_corpus
 from opennmt_lite.data.pipeline import pad_parallel_batch
 from opennmt_lite.inference.evaluation import Evaluator
 from opennmt_lite.inference.other_models import padded_batch, predict
+from opennmt_lite.inference.portable_decoding import jit_with_weights
 from opennmt_lite.inference.tagging_metrics import tagging_metrics
 from opennmt_lite.training.losses import encoder_model_losses
 
@@ -57,15 +58,11 @@ def batch_function(model):
 
 
 def _jax_batch_function(model):
-    import jax
+    def outputs(batch):
+        loss, mask, _ = encoder_model_losses(model, batch)
+        return loss, mask, predict(model, batch["source_ids"], batch["source_length"])
 
-    variables = model.trainable_variables + model.non_trainable_variables
-
-    @jax.jit
-    def compiled(values, batch):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            loss, mask, _ = encoder_model_losses(model, batch)
-            return loss, mask, predict(model, batch["source_ids"], batch["source_length"])
+    compiled = jit_with_weights(model, outputs)
 
     def call(batch):
         # (the added rows copy the first example: cut from every output; a classifier's one
@@ -73,8 +70,7 @@ def _jax_batch_function(model):
         padded, rows = padded_batch({k: batch[k] for k in BATCH_KEYS},
                                     keep_time=() if hasattr(model, "predict_tags")
                                     else ("target_ids_out",))
-        outputs = compiled([v.value for v in variables], padded)
-        return tuple(np.asarray(x)[:rows] for x in outputs)
+        return tuple(np.asarray(x)[:rows] for x in compiled(padded))
 
     return call
 

@@ -10,7 +10,7 @@ padded batch shape.
 
 import numpy as np
 
-from opennmt_lite.inference.portable_decoding import padded_size
+from opennmt_lite.inference.portable_decoding import jit_with_weights, padded_size
 
 
 def _batches(vocabulary, lines, batch_size, tokenize=str.split):
@@ -57,18 +57,11 @@ def label_function(model):
 
     if keras.backend.backend() != "jax":
         return lambda ids, length: np.asarray(predict(model, ids, length))
-    import jax
-
-    variables = model.trainable_variables + model.non_trainable_variables
-
-    @jax.jit
-    def compiled(values, ids, length):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            return predict(model, ids, length)
+    compiled = jit_with_weights(model, lambda ids, length: predict(model, ids, length))
 
     def call(ids, length):
         batch, rows = padded_batch({"ids": ids, "length": length})
-        result = compiled([v.value for v in variables], batch["ids"], batch["length"])
+        result = compiled(batch["ids"], batch["length"])
         return np.asarray(result)[:rows]
 
     return call

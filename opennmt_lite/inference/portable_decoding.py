@@ -245,6 +245,24 @@ def _onmt_attention(step_attention, parents, history, returned):
     return out
 
 
+def jit_with_weights(model, function):
+    """`function(*args)` compiled by `jax.jit` with `model`'s weights passed in at each call (read
+    then, so that a model trained or restored since is used as it is now; not baked into the
+    program as constants), `function` running under a `keras.StatelessScope` that maps them onto
+    the model's variables. -> a function of the same `args`."""
+    import jax
+    import keras
+
+    variables = model.trainable_variables + model.non_trainable_variables
+
+    @jax.jit
+    def compiled(values, *args):
+        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            return function(*args)
+
+    return lambda *args: compiled([v.value for v in variables], *args)
+
+
 def padded_size(size, minimum=1):
     """The size a batch dimension is padded to: the smallest 2^k or 3 * 2^k, at least `minimum`,
     that holds `size` (at most half more; few shapes for `jax.jit` to compile)."""
@@ -265,18 +283,14 @@ def translation_function(model, options, return_attention=False):
     the model's weights passed in. With sampling, each call draws anew (its number is folded into
     the key) and the sequence of calls repeats exactly with the same seed."""
     import jax
-    import keras
 
-    variables = model.trainable_variables + model.non_trainable_variables
     sampling = options.sampling_topk != 1
     seed_key = jax.random.key_data(jax.random.key(int(options.seed))) if sampling else None
     calls = [0]
 
-    @jax.jit
-    def run(values, source_ids, source_length, active, key):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            return translate(model, source_ids, source_length, options, active=active,
-                             key=key, return_attention=return_attention)
+    run = jit_with_weights(model, lambda source_ids, source_length, active, key: translate(
+        model, source_ids, source_length, options, active=active, key=key,
+        return_attention=return_attention))
 
     def call(source_ids, source_length):
         source_ids = np.asarray(source_ids, np.int32)
@@ -292,7 +306,7 @@ def translation_function(model, options, return_attention=False):
         if sampling:
             key = jax.random.fold_in(seed_key, calls[0])
             calls[0] += 1
-        raw = run([v.value for v in variables], ids, lengths, active, key)
+        raw = run(ids, lengths, active, key)
         # (the batch's own rows: a sentence's beams only ever take parents among themselves)
         real = batch * int(options.beam_width)
         raw = {name: np.asarray(value) if name == "steps" else np.asarray(value)[:real]

@@ -58,18 +58,12 @@ def jax_score_function(model, details=False):
     model's weights passed in; each batch padded to `portable_decoding.padded_size` rows and
     lengths (padded rows and positions masked) so that few shapes compile, the results cut back
     to the batch's own shape. Returns NumPy arrays."""
-    import jax
-    import keras
     from keras import ops
 
-    from opennmt_lite.inference.portable_decoding import padded_size
+    from opennmt_lite.inference.portable_decoding import jit_with_weights, padded_size
 
-    variables = model.trainable_variables + model.non_trainable_variables
-
-    @jax.jit
-    def run(values, batch):
-        with keras.StatelessScope(state_mapping=list(zip(variables, values))):
-            logits, attention = model(batch, training=False)
+    def sums(batch):
+        logits, attention = model(batch, training=False)
         log_probs = ops.log_softmax(ops.cast(logits, "float32"), axis=-1)
         targets = ops.expand_dims(ops.cast(batch["target_ids_out"], "int32"), -1)
         cross_entropy = -ops.squeeze(ops.take_along_axis(log_probs, targets, axis=-1), -1)
@@ -79,6 +73,8 @@ def jax_score_function(model, details=False):
         if attention is None:  # (a language model: no source, an empty alignment)
             attention = ops.zeros(cross_entropy.shape + (0,))
         return ops.sum(cross_entropy * mask, axis=1), cross_entropy, ops.cast(attention, "float32")
+
+    run = jit_with_weights(model, sums)
 
     def nll(batch):
         rows, source_time = np.shape(batch["source_ids"])
@@ -95,7 +91,7 @@ def jax_score_function(model, details=False):
                 padded[name] = np.zeros([sizes[0], width], np.int32)
                 padded[name][:rows, :value.shape[1]] = value
         scores, cross_entropy, attention = (
-            np.asarray(value) for value in run([v.value for v in variables], padded))
+            np.asarray(value) for value in run(padded))
         if not details:
             return scores[:rows]
         return (scores[:rows], cross_entropy[:rows, :target_time],
